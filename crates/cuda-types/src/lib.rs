@@ -1,0 +1,1 @@
+//! CUDA driver / NVML FFI types.

@@ -1,0 +1,1 @@
+//! Pure logic of libvgpu (no hooks live here).
