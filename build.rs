@@ -1,1 +1,31 @@
-fn main() {}
+//! Link settings for `libvgpu.so` (rust-shim-notes §6, §8, §10):
+//! - link `libgcc_eh.a` statically so the library does not need `libgcc_s.so.1` (each extra DSO
+//!   costs every exec in the container, and distroless images lack it);
+//! - `-z defs` turns a reference to a glibc-private symbol into a link error instead of a
+//!   container in which every process dies at exec;
+//! - the soname HAMi's mounts use.
+
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let target = std::env::var("TARGET").unwrap_or_default();
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvgpu.so");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,defs");
+    // cargo-zigbuild (ci/release.sh) brings its own unwinder; only native gnu builds need this.
+    let zig = std::env::var("CARGO_ZIGBUILD_ZIG_PATH").is_ok() || target.contains("gnu.2.");
+    if target.contains("linux-gnu") && !zig {
+        if let Some(dir) = gcc_eh_dir() {
+            println!("cargo:rustc-link-search=native={dir}");
+            println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
+        }
+    }
+}
+
+fn gcc_eh_dir() -> Option<String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(cc).arg("-print-file-name=libgcc_eh.a").output().ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    let p = std::path::Path::new(&path);
+    if p.is_absolute() && p.exists() { p.parent().map(|d| d.display().to_string()) } else { None }
+}

@@ -1,1 +1,17 @@
-//! libvgpu
+//! libvgpu: an in-container GPU governor loaded through `/etc/ld.so.preload`.
+//!
+//! No constructor: a process that never touches CUDA or NVML pays for nothing but the mapping.
+//! Everything starts lazily from the first hooked call (see `state`).
+
+#[macro_use]
+pub mod log;
+mod context;
+mod dl;
+mod dlsym_hook;
+mod ffi;
+mod guard;
+mod hooks;
+mod launch;
+mod memory;
+mod nvml;
+mod procaddr;

@@ -1,0 +1,18 @@
+//! Nothing unwinds into C: every export runs its body under `catch_unwind` and maps a panic to an
+//! error code of the API it implements.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub const CUDA_ERROR_UNKNOWN: u32 = 999;
+pub const NVML_ERROR_UNKNOWN: u32 = 999;
+
+#[inline]
+pub fn ffi<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(_) => {
+            crate::error!("internal error (panic) in {name}; returning an error code instead");
+            on_panic
+        }
+    }
+}
