@@ -7,6 +7,7 @@
 pub mod log;
 mod context;
 mod dl;
+mod driver;
 mod dlsym_hook;
 mod ffi;
 mod guard;

@@ -1,0 +1,63 @@
+//! Typed access to real driver and NVML functions that the shim calls but does not hook.
+//! One list; each entry is a lazily resolved, cached pointer.
+
+#![allow(non_snake_case, dead_code)]
+
+use crate::dl::{LIBCUDA, LIBNVML, RealLib};
+use crate::ffi::*;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    let p = lib.sym(name);
+    if !p.is_null() {
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+macro_rules! called {
+    ($( $lib:ident fn $name:ident ( $($ty:ty),* ) -> $ret:ty ; )*) => {
+        $(
+            pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> $ret> {
+                static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+                let name = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(c) => c,
+                    Err(_) => return None,
+                };
+                let p = resolve(&SLOT, &$lib, name);
+                if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p) }) }
+            }
+        )*
+    };
+}
+
+called! {
+    LIBCUDA fn cuDriverGetVersion(*mut c_int) -> CUresult;
+    LIBCUDA fn cuDeviceGetCount(*mut c_int) -> CUresult;
+    LIBCUDA fn cuDeviceGet(*mut CUdevice, c_int) -> CUresult;
+    LIBCUDA fn cuDeviceGetAttribute(*mut c_int, c_int, CUdevice) -> CUresult;
+    LIBCUDA fn cuDeviceGetUuid_v2(*mut CUuuid, CUdevice) -> CUresult;
+    LIBCUDA fn cuDeviceGetUuid(*mut CUuuid, CUdevice) -> CUresult;
+    LIBCUDA fn cuCtxGetCurrent(*mut CUcontext) -> CUresult;
+    LIBCUDA fn cuCtxGetDevice(*mut CUdevice) -> CUresult;
+    LIBCUDA fn cuCtxPushCurrent_v2(CUcontext) -> CUresult;
+    LIBCUDA fn cuCtxPopCurrent_v2(*mut CUcontext) -> CUresult;
+    LIBCUDA fn cuDevicePrimaryCtxGetState(CUdevice, *mut c_uint, *mut c_int) -> CUresult;
+    LIBCUDA fn cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr) -> CUresult;
+    LIBCUDA fn cuMemGetAllocationPropertiesFromHandle(*mut CUmemAllocationProp, CUmemGenericAllocationHandle) -> CUresult;
+    LIBCUDA fn cuMemPoolGetAttribute(CUmemoryPool, c_int, *mut c_void) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut c_int) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut c_int) -> CUresult;
+    LIBNVML fn nvmlInit_v2() -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetCount_v2(*mut c_uint) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetIndex(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+}
