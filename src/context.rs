@@ -1,27 +1,89 @@
-//! Driver init and contexts. (Context memory is charged in the memory module.)
+//! Driver init and contexts. Each context costs device memory, charged through `memory`.
+//! Primary contexts are refcounted by the driver; we mirror the count per device so the charge
+//! is made once on the first retain and given back on the last release or a reset.
 
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;
+use crate::memory::{charge_context, uncharge_context};
+use crate::state;
 use std::ffi::{c_int, c_uint};
+use std::sync::atomic::Ordering;
+use vgpu_core::region::MAX_DEVICES;
 
 pub unsafe fn init(real: pfn::cuInit, flags: c_uint) -> CUresult {
-    unsafe { real(flags) }
+    let r = unsafe { real(flags) };
+    if r == CUDA_SUCCESS {
+        // Attach the region and take our slot now, so the monitor sees the process early.
+        let _ = state::get().devices();
+    }
+    r
+}
+
+fn ordinal_slot(dev: CUdevice) -> Option<usize> {
+    usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
 }
 
 pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    unsafe { real(pctx, dev) }
+    let r = unsafe { real(pctx, dev) };
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let Some(d) = ordinal_slot(dev) else { return r };
+    let st = state::get();
+    if st.primary_refs[d].fetch_add(1, Ordering::AcqRel) == 0 {
+        st.primary_bytes[d].store(charge_context(dev), Ordering::Release);
+    }
+    r
+}
+
+fn drop_primary(dev: CUdevice, all: bool) {
+    let Some(d) = ordinal_slot(dev) else { return };
+    let st = state::get();
+    let prev = if all {
+        st.primary_refs[d].swap(0, Ordering::AcqRel)
+    } else {
+        st.primary_refs[d]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v > 0).then(|| v - 1))
+            .unwrap_or(0)
+    };
+    if prev > 0 && (all || prev == 1) {
+        uncharge_context(dev, st.primary_bytes[d].swap(0, Ordering::AcqRel));
+    }
 }
 
 pub unsafe fn primary_release(real: pfn::cuDevicePrimaryCtxRelease_v2, dev: CUdevice) -> CUresult {
-    unsafe { real(dev) }
+    let r = unsafe { real(dev) };
+    if r == CUDA_SUCCESS {
+        drop_primary(dev, false);
+    }
+    r
 }
 
 pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice) -> CUresult {
-    unsafe { real(dev) }
+    let r = unsafe { real(dev) };
+    if r == CUDA_SUCCESS {
+        drop_primary(dev, true);
+    }
+    r
+}
+
+/// A created context: charged by handle, uncharged at destroy.
+fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    if r == CUDA_SUCCESS && !pctx.is_null() {
+        let st = state::get();
+        let bytes = charge_context(dev);
+        let rec = vgpu_core::ledger::AllocRecord {
+            dev: st.region_index(dev),
+            bytes,
+            kind: vgpu_core::region::UsageKind::Context,
+        };
+        st.handles.insert(unsafe { *pctx } as u64, rec);
+    }
+    r
 }
 
 pub unsafe fn ctx_create_v2(real: pfn::cuCtxCreate_v2, pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    unsafe { real(pctx, flags, dev) }
+    created(unsafe { real(pctx, flags, dev) }, pctx, dev)
 }
 
 pub unsafe fn ctx_create_v3(
@@ -32,7 +94,7 @@ pub unsafe fn ctx_create_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    unsafe { real(pctx, params, num, flags, dev) }
+    created(unsafe { real(pctx, params, num, flags, dev) }, pctx, dev)
 }
 
 pub unsafe fn ctx_create_v4(
@@ -42,11 +104,18 @@ pub unsafe fn ctx_create_v4(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    unsafe { real(pctx, params, flags, dev) }
+    created(unsafe { real(pctx, params, flags, dev) }, pctx, dev)
 }
 
 pub unsafe fn ctx_destroy(real: pfn::cuCtxDestroy_v2, ctx: CUcontext) -> CUresult {
-    unsafe { real(ctx) }
+    let r = unsafe { real(ctx) };
+    if r == CUDA_SUCCESS {
+        let st = state::get();
+        if let Some(rec) = st.handles.remove(ctx as u64) {
+            st.ledger.release(rec.dev, rec.kind, rec.bytes);
+        }
+    }
+    r
 }
 
 pub unsafe fn ctx_set_current(real: pfn::cuCtxSetCurrent, ctx: CUcontext) -> CUresult {

@@ -196,9 +196,9 @@ pub mod nvml {
         table = NVML_HOOKS, lib = Lib::Nvml, ret = nvmlReturn_t,
         on_panic = NVML_ERROR_UNKNOWN, on_missing = NVML_ERROR_LIBRARY_NOT_FOUND;
 
-        fn nvmlInit();
-        fn nvmlInit_v2();
-        fn nvmlInitWithFlags(flags: c_uint);
+        fn nvmlInit() => imp::init;
+        fn nvmlInit_v2() => imp::init;
+        fn nvmlInitWithFlags(flags: c_uint) => imp::init_with_flags;
         fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) => imp::memory_info;
         fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) => imp::memory_info_v2;
         fn nvmlDeviceGetComputeRunningProcesses(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) => imp::running_processes_v1;

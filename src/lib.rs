@@ -6,6 +6,8 @@
 #[macro_use]
 pub mod log;
 mod context;
+mod devices;
+mod state;
 mod dl;
 mod driver;
 mod dlsym_hook;
@@ -16,3 +18,6 @@ mod launch;
 mod memory;
 mod nvml;
 mod procaddr;
+
+/// Per-process compute state to forget in a forked child (owned by the compute module).
+pub(crate) fn compute_fork_child() {}

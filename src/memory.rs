@@ -1,55 +1,403 @@
-//! Device-memory hooks: reserve against the container limit before the real allocation, roll back
-//! if the driver fails, uncount exactly what was counted on free.
+//! Device-memory hooks. Every counted path reserves against the container limit BEFORE the real
+//! allocation (so concurrent processes can never overshoot together), rolls the reservation back
+//! if the driver fails, and uncounts exactly what was counted, on the recorded device, when the
+//! memory is freed. A free of something we did not count always reaches the driver and uncounts
+//! nothing. Host allocations are not device memory and are not hooked.
 
+use crate::driver;
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;
-use std::ffi::c_uint;
+use crate::state::{self, State};
+use std::ffi::{c_int, c_uint, c_void};
+use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
+use vgpu_core::region::UsageKind;
+use vgpu_core::{slots, views};
+
+/// CUDA ordinal of the calling thread's current context.
+pub fn current_ordinal() -> Option<CUdevice> {
+    let f = driver::cuCtxGetDevice()?;
+    let mut d: CUdevice = 0;
+    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
+}
+
+/// Reserve `bytes` on region device `dev`, run the real allocation, record it under the key it
+/// returns. `Err(code)` from `alloc` rolls the reservation back and is returned unchanged.
+fn counted(
+    st: &State,
+    table: &AllocTable,
+    dev: usize,
+    bytes: u64,
+    kind: UsageKind,
+    what: &str,
+    alloc: impl FnOnce() -> Result<u64, CUresult>,
+) -> CUresult {
+    let limit = st.memory_limit(dev);
+    let reservation = match st.ledger.reserve(dev, bytes, kind, limit) {
+        Ok(r) => r,
+        Err(ReserveError::OverLimit(o)) => {
+            crate::warn!("{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit", o.usage, o.limit);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        Err(e) => {
+            crate::error!("{what}: {e}");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    };
+    match alloc() {
+        Ok(key) => {
+            if let Some(stale) = table.insert(key, AllocRecord { dev, bytes, kind }) {
+                // The driver reused an address we still counted: its free was missed.
+                st.ledger.release(stale.dev, stale.kind, stale.bytes);
+            }
+            reservation.commit();
+            crate::debug!("{what}: counted {bytes} bytes on device {dev} (key {key:#x})");
+            CUDA_SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// Uncount what `key` counted (nothing if unknown).
+fn uncount(st: &State, table: &AllocTable, key: u64) {
+    if let Some(rec) = table.remove(key) {
+        st.ledger.release(rec.dev, rec.kind, rec.bytes);
+    }
+}
+
+/// Region device of the current context, or `None` (then the real call decides, uncounted: it
+/// fails without a context anyway).
+fn current_region_dev(st: &State) -> Option<usize> {
+    current_ordinal().map(|o| st.region_index(o))
+}
+
+// ---- views ----
 
 pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: *mut usize) -> CUresult {
-    unsafe { real(free, total) }
+    let r = unsafe { real(free, total) };
+    if r != CUDA_SUCCESS || free.is_null() || total.is_null() {
+        return r;
+    }
+    let st = state::get();
+    let Some(dev) = current_region_dev(st) else { return r };
+    let limit = st.memory_limit(dev);
+    if limit > 0 {
+        let (f, t) = views::mem_info(limit, unsafe { *total } as u64, unsafe { *free } as u64, st.ledger.usage(dev));
+        unsafe {
+            *free = f as usize;
+            *total = t as usize;
+        }
+    }
+    r
 }
-pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize, dev: CUdevice) -> CUresult {
-    unsafe { real(bytes, dev) }
+
+pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize, ordinal: CUdevice) -> CUresult {
+    let r = unsafe { real(bytes, ordinal) };
+    if r != CUDA_SUCCESS || bytes.is_null() {
+        return r;
+    }
+    let st = state::get();
+    let limit = st.memory_limit(st.region_index(ordinal));
+    unsafe { *bytes = views::device_total_mem(limit, *bytes as u64) as usize };
+    r
 }
+
+// ---- linear allocations ----
+
 pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: usize) -> CUresult {
-    unsafe { real(dptr, size) }
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
+        return unsafe { real(dptr, size) };
+    };
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAlloc", || {
+        match unsafe { real(dptr, size) } {
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            e => Err(e),
+        }
+    })
 }
-pub unsafe fn mem_alloc_pitch(real: pfn::cuMemAllocPitch_v2, dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, e: c_uint) -> CUresult {
-    unsafe { real(dptr, pitch, w, h, e) }
+
+pub unsafe fn mem_alloc_pitch(
+    real: pfn::cuMemAllocPitch_v2,
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || pitch.is_null() || width == 0 || height == 0) else {
+        return unsafe { real(dptr, pitch, width, height, elem) };
+    };
+    // Reserve a pessimistic estimate (pitch alignment is at most 512 bytes on current GPUs), then
+    // settle on the driver's real pitch × height.
+    let estimate = (width as u64).div_ceil(512).saturating_mul(512).saturating_mul(height as u64);
+    let r = counted(st, &st.allocs, dev, estimate, UsageKind::Data, "cuMemAllocPitch", || {
+        match unsafe { real(dptr, pitch, width, height, elem) } {
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            e => Err(e),
+        }
+    });
+    if r == CUDA_SUCCESS {
+        let actual = (unsafe { *pitch } as u64).saturating_mul(height as u64);
+        let key = unsafe { *dptr };
+        if actual != estimate {
+            if actual > estimate {
+                // Force-count the (tiny) excess: the memory exists, the ledger must say so.
+                if let Ok(res) = st.ledger.reserve(dev, actual - estimate, UsageKind::Data, 0) {
+                    res.commit();
+                }
+            } else {
+                st.ledger.release(dev, UsageKind::Data, estimate - actual);
+            }
+            st.allocs.insert(key, AllocRecord { dev, bytes: actual, kind: UsageKind::Data });
+        }
+    }
+    r
 }
+
 pub unsafe fn mem_alloc_managed(real: pfn::cuMemAllocManaged, dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult {
-    unsafe { real(dptr, size, flags) }
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
+        return unsafe { real(dptr, size, flags) };
+    };
+    // Managed memory can migrate wholly onto the device: count it in full (as the incumbent).
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocManaged", || {
+        match unsafe { real(dptr, size, flags) } {
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            e => Err(e),
+        }
+    })
 }
+
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
-    unsafe { real(dptr) }
+    let r = unsafe { real(dptr) };
+    if r == CUDA_SUCCESS && dptr != 0 {
+        uncount(state::get(), &state::get().allocs, dptr);
+    }
+    r
 }
-pub unsafe fn mem_create(real: pfn::cuMemCreate, h: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult {
-    unsafe { real(h, size, prop, flags) }
+
+// ---- stream-ordered allocations ----
+
+pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult {
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
+        return unsafe { real(dptr, size, stream) };
+    };
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocAsync", || {
+        match unsafe { real(dptr, size, stream) } {
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            e => Err(e),
+        }
+    })
 }
-pub unsafe fn mem_release(real: pfn::cuMemRelease, h: CUmemGenericAllocationHandle) -> CUresult {
-    unsafe { real(h) }
+
+pub unsafe fn mem_alloc_from_pool_async(
+    real: pfn::cuMemAllocFromPoolAsync,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
+        return unsafe { real(dptr, size, pool, stream) };
+    };
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocFromPoolAsync", || {
+        match unsafe { real(dptr, size, pool, stream) } {
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            e => Err(e),
+        }
+    })
 }
-pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
-    unsafe { real(dptr, size, s) }
+
+pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let r = unsafe { real(dptr, stream) };
+    // Uncounted when the free is enqueued: the block is the application's no longer, and the
+    // pool may hand it to the next allocation of the same stream at once.
+    if r == CUDA_SUCCESS && dptr != 0 {
+        uncount(state::get(), &state::get().allocs, dptr);
+    }
+    r
 }
-pub unsafe fn mem_alloc_from_pool_async(real: pfn::cuMemAllocFromPoolAsync, dptr: *mut CUdeviceptr, size: usize, p: CUmemoryPool, s: CUstream) -> CUresult {
-    unsafe { real(dptr, size, p, s) }
+
+// ---- virtual memory management ----
+
+pub unsafe fn mem_create(
+    real: pfn::cuMemCreate,
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    if handle.is_null() || prop.is_null() || size == 0 {
+        return unsafe { real(handle, size, prop, flags) };
+    }
+    let p = unsafe { &*prop };
+    if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return unsafe { real(handle, size, prop, flags) }; // host / NUMA memory: not device memory
+    }
+    let st = state::get();
+    let dev = st.region_index(p.location.id);
+    counted(st, &st.handles, dev, size as u64, UsageKind::Data, "cuMemCreate", || {
+        match unsafe { real(handle, size, prop, flags) } {
+            CUDA_SUCCESS => Ok(unsafe { *handle }),
+            e => Err(e),
+        }
+    })
 }
-pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, s: CUstream) -> CUresult {
-    unsafe { real(dptr, s) }
+
+pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CUmemGenericAllocationHandle) -> CUresult {
+    let r = unsafe { real(handle) };
+    if r == CUDA_SUCCESS {
+        uncount(state::get(), &state::get().handles, handle);
+    }
+    r
 }
+
+// ---- arrays ----
+
+fn array_bytes(width: usize, height: usize, depth: usize, format: CUarray_format, channels: c_uint) -> u64 {
+    let elem = cuda_types::array_format_channel_bytes(format).unwrap_or(4) as u64;
+    (width.max(1) as u64)
+        .saturating_mul(height.max(1) as u64)
+        .saturating_mul(depth.max(1) as u64)
+        .saturating_mul(channels.max(1) as u64)
+        .saturating_mul(elem)
+}
+
+fn count_array(st: &State, bytes: u64, what: &str, alloc: impl FnOnce() -> Result<u64, CUresult>) -> Option<CUresult> {
+    let dev = current_region_dev(st)?;
+    Some(counted(st, &st.handles, dev, bytes, UsageKind::Data, what, alloc))
+}
+
 pub unsafe fn array_create(real: pfn::cuArrayCreate_v2, h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
-    unsafe { real(h, d) }
+    if h.is_null() || d.is_null() {
+        return unsafe { real(h, d) };
+    }
+    let desc = unsafe { &*d };
+    let bytes = array_bytes(desc.Width, desc.Height, 1, desc.Format, desc.NumChannels);
+    let alloc = || match unsafe { real(h, d) } {
+        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
+        e => Err(e),
+    };
+    count_array(state::get(), bytes, "cuArrayCreate", alloc).unwrap_or_else(|| unsafe { real(h, d) })
 }
+
 pub unsafe fn array3d_create(real: pfn::cuArray3DCreate_v2, h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
-    unsafe { real(h, d) }
+    if h.is_null() || d.is_null() {
+        return unsafe { real(h, d) };
+    }
+    let desc = unsafe { &*d };
+    let bytes = array_bytes(desc.Width, desc.Height, desc.Depth, desc.Format, desc.NumChannels);
+    let alloc = || match unsafe { real(h, d) } {
+        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
+        e => Err(e),
+    };
+    count_array(state::get(), bytes, "cuArray3DCreate", alloc).unwrap_or_else(|| unsafe { real(h, d) })
 }
+
 pub unsafe fn array_destroy(real: pfn::cuArrayDestroy, h: CUarray) -> CUresult {
-    unsafe { real(h) }
+    let r = unsafe { real(h) };
+    if r == CUDA_SUCCESS {
+        uncount(state::get(), &state::get().handles, h as u64);
+    }
+    r
 }
-pub unsafe fn mipmapped_array_create(real: pfn::cuMipmappedArrayCreate, h: *mut CUmipmappedArray, d: *const CUDA_ARRAY3D_DESCRIPTOR, l: c_uint) -> CUresult {
-    unsafe { real(h, d, l) }
+
+/// Bytes of a full mip chain: each level halves every dimension (layers do not shrink).
+fn mipmap_bytes(desc: &CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> u64 {
+    let layered = desc.Flags & CUDA_ARRAY3D_LAYERED != 0;
+    let mut total = 0u64;
+    for l in 0..levels.clamp(1, 32) {
+        let w = (desc.Width >> l).max(1);
+        let h = if desc.Height == 0 { 0 } else { (desc.Height >> l).max(1) };
+        let d = if desc.Depth == 0 || layered { desc.Depth } else { (desc.Depth >> l).max(1) };
+        total = total.saturating_add(array_bytes(w, h, d, desc.Format, desc.NumChannels));
+    }
+    total
 }
+
+pub unsafe fn mipmapped_array_create(
+    real: pfn::cuMipmappedArrayCreate,
+    h: *mut CUmipmappedArray,
+    d: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    if h.is_null() || d.is_null() {
+        return unsafe { real(h, d, levels) };
+    }
+    let bytes = mipmap_bytes(unsafe { &*d }, levels);
+    let alloc = || match unsafe { real(h, d, levels) } {
+        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
+        e => Err(e),
+    };
+    count_array(state::get(), bytes, "cuMipmappedArrayCreate", alloc).unwrap_or_else(|| unsafe { real(h, d, levels) })
+}
+
 pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUmipmappedArray) -> CUresult {
-    unsafe { real(h) }
+    let r = unsafe { real(h) };
+    if r == CUDA_SUCCESS {
+        uncount(state::get(), &state::get().handles, h as u64);
+    }
+    r
 }
+
+// ---- contexts ----
+
+/// This process's device memory on region device `dev` according to NVML (the driver's truth,
+/// context overhead included), if NVML and our host PID can tell.
+fn nvml_own_usage(st: &State, dev: usize) -> Option<u64> {
+    let by_index = driver::nvmlDeviceGetHandleByIndex_v2()?;
+    let list = driver::nvmlDeviceGetComputeRunningProcesses_v3()?;
+    let mut h: nvmlDevice_t = std::ptr::null_mut();
+    if unsafe { by_index(dev as c_uint, &mut h) } != NVML_SUCCESS {
+        return None;
+    }
+    let mut infos = vec![nvmlProcessInfo_t::default(); 256];
+    let mut n: c_uint = infos.len() as c_uint;
+    if unsafe { list(h, &mut n, infos.as_mut_ptr()) } != NVML_SUCCESS {
+        return None;
+    }
+    let me = host_pid(st);
+    infos.iter().take(n as usize).find(|p| p.pid as i32 == me).map(|p| p.usedGpuMemory)
+}
+
+/// Our PID as NVML reports it: the slot's host PID once known, else our own.
+pub fn host_pid(st: &State) -> i32 {
+    st.region
+        .and_then(|r| slots::hostpid(r, st.pid))
+        .filter(|&h| h > 0)
+        .unwrap_or(st.pid)
+}
+
+/// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this
+/// process minus what we already count there. Contexts are never refused: the application
+/// cannot run without one, and the memory is already in use. Returns the bytes charged.
+pub fn charge_context(ordinal: CUdevice) -> u64 {
+    let st = state::get();
+    let dev = st.region_index(ordinal);
+    let Some(truth) = nvml_own_usage(st, dev) else {
+        crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
+        return 0;
+    };
+    let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
+    if bytes > 0 {
+        if let Ok(res) = st.ledger.reserve(dev, bytes, UsageKind::Context, 0) {
+            res.commit();
+        }
+    }
+    crate::debug!("context on device {dev}: charged {bytes} bytes");
+    bytes
+}
+
+pub fn uncharge_context(ordinal: CUdevice, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let st = state::get();
+    st.ledger.release(st.region_index(ordinal), UsageKind::Context, bytes);
+}
+
+#[allow(dead_code)]
+fn _assert_types(_: *mut c_void, _: c_int) {}

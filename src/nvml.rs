@@ -1,21 +1,158 @@
-//! NVML views: what `nvidia-smi` and pynvml see inside the container.
+//! NVML views: what `nvidia-smi` and pynvml see inside the container. With a memory limit on a
+//! device, memory info shows the container's slice (total = min(limit, physical), used = the
+//! container's usage from the region) and the process list shows the container's processes with
+//! their accounted usage, PIDs as seen inside the container. Without a limit or region: the
+//! driver's answer unchanged.
 
+use crate::driver;
 use crate::ffi::*;
 use crate::hooks::nvml::pfn;
+use crate::state::{self, State};
 use std::ffi::c_uint;
+use std::sync::atomic::Ordering;
+use vgpu_core::region::MAX_DEVICES;
+use vgpu_core::views::{self, NvmlMemory, NvmlMemoryV2};
 
-pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, dev: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
-    unsafe { real(dev, m) }
+/// NVML pre/post-init of the contract: attach the region, publish `device_num` and `uuids`.
+pub unsafe fn init(real: unsafe extern "C" fn() -> nvmlReturn_t) -> nvmlReturn_t {
+    let r = unsafe { real() };
+    if r == NVML_SUCCESS {
+        state::get().publish_nvml_devices();
+    }
+    r
 }
-pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, dev: nvmlDevice_t, m: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
-    unsafe { real(dev, m) }
+
+pub unsafe fn init_with_flags(real: pfn::nvmlInitWithFlags, flags: c_uint) -> nvmlReturn_t {
+    let r = unsafe { real(flags) };
+    if r == NVML_SUCCESS {
+        state::get().publish_nvml_devices();
+    }
+    r
 }
-pub unsafe fn running_processes_v1(real: pfn::nvmlDeviceGetComputeRunningProcesses, dev: nvmlDevice_t, n: *mut c_uint, p: *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t {
-    unsafe { real(dev, n, p) }
+
+/// Region index of an NVML handle: the region is indexed by in-container NVML index.
+fn region_dev(device: nvmlDevice_t) -> Option<usize> {
+    let f = driver::nvmlDeviceGetIndex()?;
+    let mut i: c_uint = 0;
+    (unsafe { f(device, &mut i) } == NVML_SUCCESS && (i as usize) < MAX_DEVICES).then_some(i as usize)
 }
-pub unsafe fn running_processes_v2(real: pfn::nvmlDeviceGetComputeRunningProcesses_v2, dev: nvmlDevice_t, n: *mut c_uint, p: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
-    unsafe { real(dev, n, p) }
+
+pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, device: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
+    let r = unsafe { real(device, m) };
+    if r != NVML_SUCCESS || m.is_null() {
+        return r;
+    }
+    let st = state::get();
+    let Some(dev) = region_dev(device) else { return r };
+    let limit = st.memory_limit(dev);
+    let mm = unsafe { &mut *m };
+    let v = views::nvml_memory(limit, NvmlMemory { total: mm.total, free: mm.free, used: mm.used }, st.ledger.usage(dev));
+    (mm.total, mm.free, mm.used) = (v.total, v.free, v.used);
+    r
 }
-pub unsafe fn running_processes_v3(real: pfn::nvmlDeviceGetComputeRunningProcesses_v3, dev: nvmlDevice_t, n: *mut c_uint, p: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
-    unsafe { real(dev, n, p) }
+
+pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, device: nvmlDevice_t, m: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+    let r = unsafe { real(device, m) };
+    if r != NVML_SUCCESS || m.is_null() {
+        return r;
+    }
+    let st = state::get();
+    let Some(dev) = region_dev(device) else { return r };
+    let limit = st.memory_limit(dev);
+    let mm = unsafe { &mut *m };
+    let phys = NvmlMemoryV2 { total: mm.total, reserved: mm.reserved, free: mm.free, used: mm.used };
+    let v = views::nvml_memory_v2(limit, phys, st.ledger.usage(dev));
+    (mm.total, mm.reserved, mm.free, mm.used) = (v.total, v.reserved, v.free, v.used);
+    r
+}
+
+/// (container pid, accounted bytes) of the container's processes with usage on `dev`.
+fn container_processes(st: &State, dev: usize) -> Option<Vec<(u32, u64)>> {
+    let region = st.region?;
+    let r = region.shared();
+    let n = (r.proc_num.load(Ordering::Acquire).max(0) as usize).min(r.procs.len());
+    let mut out = Vec::new();
+    for slot in &r.procs[..n] {
+        let pid = slot.pid.load(Ordering::Acquire);
+        if pid <= 0 || slot.status.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let used = slot.used[dev].total.load(Ordering::Acquire);
+        if used > 0 {
+            out.push((pid as u32, used));
+        }
+    }
+    Some(out)
+}
+
+/// NVML's two-call protocol: report the count; fill only if the caller's array is big enough.
+unsafe fn fill<T>(count: *mut c_uint, infos: *mut T, procs: &[(u32, u64)], make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {
+    let cap = unsafe { *count } as usize;
+    unsafe { *count = procs.len() as c_uint };
+    if procs.len() > cap {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if !procs.is_empty() && infos.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (i, &(pid, used)) in procs.iter().enumerate() {
+        unsafe { infos.add(i).write(make(pid, used)) };
+    }
+    NVML_SUCCESS
+}
+
+/// Replace the driver's list (host PIDs of every tenant) with the container's own processes,
+/// when a limit makes this a virtual device. Otherwise forward.
+unsafe fn running<T>(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut T,
+    forward: impl FnOnce() -> nvmlReturn_t,
+    make: impl Fn(u32, u64) -> T,
+) -> nvmlReturn_t {
+    if count.is_null() {
+        return forward();
+    }
+    let st = state::get();
+    let Some(dev) = region_dev(device) else { return forward() };
+    if st.memory_limit(dev) == 0 {
+        return forward();
+    }
+    match container_processes(st, dev) {
+        Some(procs) => unsafe { fill(count, infos, &procs, make) },
+        None => forward(),
+    }
+}
+
+pub unsafe fn running_processes_v1(
+    real: pfn::nvmlDeviceGetComputeRunningProcesses,
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
+    unsafe {
+        running(device, count, infos, || real(device, count, infos), |pid, used| nvmlProcessInfo_v1_t { pid, usedGpuMemory: used })
+    }
+}
+
+fn info_v2(pid: u32, used: u64) -> nvmlProcessInfo_t {
+    nvmlProcessInfo_t { pid, usedGpuMemory: used, gpuInstanceId: u32::MAX, computeInstanceId: u32::MAX }
+}
+
+pub unsafe fn running_processes_v2(
+    real: pfn::nvmlDeviceGetComputeRunningProcesses_v2,
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    unsafe { running(device, count, infos, || real(device, count, infos), info_v2) }
+}
+
+pub unsafe fn running_processes_v3(
+    real: pfn::nvmlDeviceGetComputeRunningProcesses_v3,
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    unsafe { running(device, count, infos, || real(device, count, infos), info_v2) }
 }

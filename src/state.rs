@@ -1,0 +1,212 @@
+//! The one lazily built global state of a process (bytehound-style): configuration, the usage
+//! region and our slot in it, the ledger and allocation tables, the device mapping.
+//!
+//! Built on the first hooked call that needs it, never in a constructor, so a process that does
+//! not use CUDA or NVML creates no file and starts no thread. After `fork` the child forgets the
+//! parent's state (leaking it: the parent still owns it) and builds its own, with its own slot.
+
+use crate::devices::{self, DeviceMap};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use vgpu_core::config::Config;
+use vgpu_core::ledger::{AllocTable, Ledger};
+use vgpu_core::region::MAX_DEVICES;
+use vgpu_core::regionfile::{Region, RegionInit};
+use vgpu_core::slots;
+
+pub struct State {
+    pub config: Config,
+    pub region: Option<&'static Region>,
+    pub ledger: Ledger<'static>,
+    /// Device pointers we counted (cuMemAlloc*, managed, async).
+    pub allocs: AllocTable,
+    /// VMM handles, arrays and created contexts we counted, keyed by handle value.
+    pub handles: AllocTable,
+    pub pid: i32,
+    devices: OnceLock<DeviceMap>,
+    /// Mapping used before the driver can answer (not cached in `devices`).
+    fallback_devices: OnceLock<DeviceMap>,
+    /// Primary-context retain counts per CUDA ordinal, and what each charged.
+    pub primary_refs: [AtomicI32; MAX_DEVICES],
+    pub primary_bytes: [AtomicU64; MAX_DEVICES],
+}
+
+const UNINIT: u8 = 0;
+const BUSY: u8 = 1;
+const READY: u8 = 2;
+
+static PHASE: AtomicU8 = AtomicU8::new(UNINIT);
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The process state, building it on first use.
+pub fn get() -> &'static State {
+    if PHASE.load(Ordering::Acquire) == READY {
+        return unsafe { &*STATE.load(Ordering::Acquire) };
+    }
+    init_slow()
+}
+
+/// The state if it has been built (for paths that must not trigger initialisation).
+pub fn try_get() -> Option<&'static State> {
+    if PHASE.load(Ordering::Acquire) == READY { Some(unsafe { &*STATE.load(Ordering::Acquire) }) } else { None }
+}
+
+#[cold]
+fn init_slow() -> &'static State {
+    loop {
+        match PHASE.compare_exchange(UNINIT, BUSY, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                let s: &'static State = Box::leak(Box::new(build()));
+                STATE.store(s as *const State as *mut State, Ordering::Release);
+                PHASE.store(READY, Ordering::Release);
+                register_process_hooks();
+                return s;
+            }
+            Err(READY) => return unsafe { &*STATE.load(Ordering::Acquire) },
+            // Another thread is building it: wait without spinning hot.
+            Err(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
+        }
+    }
+}
+
+fn build() -> State {
+    apply_override_env();
+    let config = Config::from_system();
+    for w in &config.warnings {
+        crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
+    }
+    let pid = std::process::id() as i32;
+    let (region, ledger) = attach_region(&config, pid);
+    crate::info!(
+        "initialised: region={} slot={} memory limits={:?} sm limits={:?}",
+        config.region_path.display(),
+        ledger.has_slot(),
+        &config.memory_limit[..4],
+        &config.sm_limit[..4]
+    );
+    State {
+        config,
+        region,
+        ledger,
+        allocs: AllocTable::new(),
+        handles: AllocTable::new(),
+        pid,
+        devices: OnceLock::new(),
+        fallback_devices: OnceLock::new(),
+        primary_refs: Default::default(),
+        primary_bytes: Default::default(),
+    }
+}
+
+fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
+    match Region::open(&config.region_path, &RegionInit::from_config(config)) {
+        Ok((region, report)) => {
+            for w in &report.warnings {
+                crate::warn!("{w}");
+            }
+            let region: &'static Region = region.leak();
+            let has_slot = match slots::attach(region, pid) {
+                Ok(_) => true,
+                Err(e) => {
+                    crate::error!("no process slot in {}: {e}; this process's usage is counted locally and still limited", config.region_path.display());
+                    false
+                }
+            };
+            (Some(region), Ledger::shared(region, pid, has_slot))
+        }
+        Err(e) => {
+            crate::error!("{e}; running with process-local accounting (limits from the environment still apply to this process)");
+            (None, Ledger::local())
+        }
+    }
+}
+
+/// `/overrideEnv` (contract §1.5): applied before the configuration is read.
+fn apply_override_env() {
+    let pairs = vgpu_core::config::read_override_env(&vgpu_core::config::SystemSources);
+    for (k, v) in pairs {
+        if let (Ok(k), Ok(v)) = (std::ffi::CString::new(k), std::ffi::CString::new(v)) {
+            unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 1) };
+        }
+    }
+    crate::log::reset();
+}
+
+impl State {
+    /// Memory limit of a region device: the region's live value (the monitor may own it), else
+    /// the configuration's.
+    pub fn memory_limit(&self, dev: usize) -> u64 {
+        match self.region {
+            Some(r) => r.limit(dev),
+            None => self.config.memory_limit.get(dev).copied().unwrap_or(0),
+        }
+    }
+
+    /// The device mapping, built once the driver can answer (after `cuInit`).
+    pub fn devices(&self) -> &DeviceMap {
+        if let Some(m) = self.devices.get() {
+            return m;
+        }
+        let cuda = devices::cuda_uuids();
+        let Some(cuda) = cuda else {
+            // Driver not initialised yet: answer with the fallback without caching it.
+            return self.fallback_devices.get_or_init(|| devices::build(None, None, self.config.visible_devices.as_deref()));
+        };
+        let nvml = devices::nvml_uuids();
+        let map = devices::build(Some(&cuda), nvml.as_deref(), self.config.visible_devices.as_deref());
+        if let Some(r) = self.region {
+            let uuids: Vec<&str> = map.region_uuids.iter().map(String::as_str).collect();
+            if !uuids.is_empty() && r.shared().device_num.load(Ordering::Acquire) == 0 {
+                r.set_devices(&uuids);
+            }
+        }
+        crate::debug!("device map: cuda→region {:?}, uuids {:?}", map.cuda_to_region, map.region_uuids);
+        self.devices.get_or_init(|| map)
+    }
+
+    /// Fill `device_num`/`uuids` from NVML if the region does not have them yet.
+    pub fn publish_nvml_devices(&self) {
+        let Some(r) = self.region else { return };
+        if r.shared().device_num.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        if let Some(uuids) = devices::nvml_uuids() {
+            let u: Vec<&str> = uuids.iter().map(String::as_str).collect();
+            r.set_devices(&u);
+        }
+    }
+
+    /// Region index of a CUDA ordinal.
+    pub fn region_index(&self, ordinal: i32) -> usize {
+        self.devices().region_index(ordinal)
+    }
+}
+
+fn register_process_hooks() {
+    static DONE: AtomicU8 = AtomicU8::new(0);
+    if DONE.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
+    unsafe {
+        libc::atexit(on_exit);
+        libc::pthread_atfork(None, None, Some(on_fork_child));
+    }
+}
+
+/// Give our slot back so the monitor stops counting us (SIGKILL skips this: compaction then
+/// reclaims the slot of a dead pid).
+extern "C" fn on_exit() {
+    if let Some(s) = try_get() {
+        if let (Some(r), true) = (s.region, s.ledger.has_slot()) {
+            slots::detach(r, s.pid);
+        }
+    }
+}
+
+/// The child owns none of the parent's allocations or slot: forget the state (leaked, the parent
+/// still uses its copy) so the child builds its own lazily.
+extern "C" fn on_fork_child() {
+    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    PHASE.store(UNINIT, Ordering::Release);
+    crate::compute_fork_child();
+}
