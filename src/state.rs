@@ -206,6 +206,13 @@ extern "C" fn on_exit() {
 /// The child owns none of the parent's allocations or slot: forget the state (leaked, the parent
 /// still uses its copy) so the child builds its own lazily.
 extern "C" fn on_fork_child() {
+    if let Some(old) = try_get() {
+        if let Some(r) = old.region {
+            // Drop our copy of the parent's lock description: if the parent died holding the
+            // lock, an inherited descriptor would keep it held for as long as we live.
+            let _ = r.reopen_after_fork();
+        }
+    }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);
     crate::compute_fork_child();

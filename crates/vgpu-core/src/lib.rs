@@ -1,1 +1,17 @@
-//! Pure logic of libvgpu (no hooks live here).
+//! Pure logic of libvgpu (no hooks, no dlsym, no CUDA calls): configuration and limit syntax,
+//! the shared region's layout and file protocol, the container lock, process slots, memory
+//! accounting and the virtual memory view. Everything here is unit-tested with `cargo test -p vgpu-core`.
+
+pub mod config;
+pub mod ledger;
+pub mod limits;
+pub mod lock;
+pub mod region;
+pub mod regionfile;
+pub mod slots;
+pub mod views;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+#[cfg(test)]
+mod mptests;

@@ -1,0 +1,412 @@
+//! Cost prediction: how much device time a launch will take, learnt from sparse timing samples.
+//!
+//! * A launch is admitted before it runs, so it is charged a **prediction**: per signature
+//!   (function, grid, block, dynamic shared memory) for kernels, per `CUgraphExec` for graphs.
+//! * Predictions come from **samples**: the shim records a timing event pair around one launch
+//!   every few milliseconds per signature (every launch until the signature has a few samples).
+//!   A sample measures `wait + duration`, where `wait` is the time the kernel queued behind work of
+//!   other streams, processes or containers (contention inflation). The estimator therefore keeps
+//!   the last [`RING`] samples and predicts the mean of the *low cluster*: samples within
+//!   [`CLUSTER`] of the minimum. Uncontended samples are identical up to noise and form that
+//!   cluster; contended ones are larger and are ignored. (The outer correction loop,
+//!   [`super::correction`], removes what bias remains when NVML can measure the truth.)
+//! * A signature never measured is charged a **guess**: the per-block time of another grid of the
+//!   same function scaled to this grid, else the most recent estimate of any signature. Launches
+//!   charged a guess are counted, and when the first sample arrives the difference
+//!   (n × estimate − Σ guesses) is returned for the bucket (debt or refund): nothing is lost.
+//!   While a signature with no basis for a guess has its first sample in flight, further launches of
+//!   it are asked to wait for that sample ([`Prediction::wait_for_first`]), which bounds how much
+//!   unknown work can be queued.
+
+use std::collections::HashMap;
+
+/// Samples kept per signature.
+pub const RING: usize = 16;
+/// The low cluster: samples ≤ min × (1 + CLUSTER_PPM/1e6).
+pub const CLUSTER_PPM: u64 = 100_000;
+/// Samples older than this are dropped (the newest [`KEEP_MIN`] always stay).
+pub const MAX_AGE_NS: u64 = 5_000_000_000;
+pub const KEEP_MIN: usize = 4;
+/// Sample every launch until a signature has this many samples.
+pub const WARMUP: usize = 4;
+/// Then at most one sample per signature per this interval.
+pub const SAMPLE_INTERVAL_NS: u64 = 5_000_000;
+/// And at most one sample start per process per this gap (while warm).
+pub const MIN_SAMPLE_GAP_NS: u64 = 250_000;
+/// Guess for the first kernel ever seen.
+pub const INITIAL_GUESS_NS: u64 = 100_000;
+/// Samples are clamped into this range (a broken timer must not produce absurd debts).
+pub const MIN_SAMPLE_NS: u64 = 500;
+pub const MAX_SAMPLE_NS: u64 = 10_000_000_000;
+/// Entries kept; beyond it, entries unused for [`EVICT_AGE_NS`] are dropped.
+pub const MAX_ENTRIES: usize = 4096;
+pub const EVICT_AGE_NS: u64 = 10_000_000_000;
+
+pub const KIND_KERNEL: u8 = 0;
+pub const KIND_GRAPH: u8 = 1;
+
+/// What a launch is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sig {
+    pub kind: u8,
+    /// `CUfunction` or `CUgraphExec` address.
+    pub obj: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shmem: u32,
+}
+
+impl Sig {
+    pub fn kernel(func: u64, grid: [u32; 3], block: [u32; 3], shmem: u32) -> Sig {
+        Sig { kind: KIND_KERNEL, obj: func, grid, block, shmem }
+    }
+
+    pub fn graph(exec: u64) -> Sig {
+        Sig { kind: KIND_GRAPH, obj: exec, grid: [0; 3], block: [0; 3], shmem: 0 }
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| g.max(1) as u64).product()
+    }
+}
+
+/// Low-cluster estimator over the last [`RING`] samples.
+#[derive(Clone, Debug, Default)]
+pub struct Estimator {
+    vals: [u64; RING],
+    at: [u64; RING],
+    /// Samples pushed (slot of sample i is i % RING).
+    n: usize,
+    est: Option<u64>,
+}
+
+impl Estimator {
+    pub fn push(&mut self, v: u64, now: u64) {
+        let i = self.n % RING;
+        self.vals[i] = v.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS);
+        self.at[i] = now;
+        self.n += 1;
+        self.recompute(now);
+    }
+
+    fn live(&self, now: u64) -> impl Iterator<Item = u64> + '_ {
+        let k = self.n.min(RING);
+        (0..k).filter_map(move |j| {
+            // j = 0 is the newest.
+            let i = (self.n - 1 - j) % RING;
+            let fresh = now.saturating_sub(self.at[i]) <= MAX_AGE_NS;
+            (j < KEEP_MIN || fresh).then_some(self.vals[i])
+        })
+    }
+
+    fn recompute(&mut self, now: u64) {
+        let Some(min) = self.live(now).min() else {
+            self.est = None;
+            return;
+        };
+        let lim = min + (min as u128 * CLUSTER_PPM as u128 / 1_000_000) as u64;
+        let (mut sum, mut cnt) = (0u128, 0u128);
+        for v in self.live(now).filter(|&v| v <= lim) {
+            sum += v as u128;
+            cnt += 1;
+        }
+        self.est = Some((sum / cnt.max(1)) as u64);
+    }
+
+    pub fn value(&self) -> Option<u64> {
+        self.est
+    }
+
+    pub fn count(&self) -> usize {
+        self.n
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    est: Estimator,
+    pending: bool,
+    last_sample_at: u64,
+    /// Launches charged a guess before the first sample, and the sum of those guesses.
+    guessed_n: u64,
+    guessed_sum: u64,
+    last_use: u64,
+}
+
+/// The prediction for one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prediction {
+    /// ns of device time to charge now.
+    pub cost_ns: u64,
+    /// Measure this launch (record a timing event pair around it), then call
+    /// [`CostModel::sample_started`] (or nothing if recording failed).
+    pub sample: bool,
+    /// The cost is a guess (no sample of this signature yet).
+    pub guessed: bool,
+    /// The first sample of this signature is still in flight and there is no basis for a guess:
+    /// the caller should wait (bounded) for it before launching more of this signature.
+    pub wait_for_first: bool,
+}
+
+/// Per-process cost model.
+#[derive(Debug)]
+pub struct CostModel {
+    map: HashMap<Sig, Entry>,
+    /// Per (kind, function): picoseconds per block of the latest estimate.
+    per_block_ps: HashMap<(u8, u64), u64>,
+    last_estimate: u64,
+    last_sample_start: u64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel::new()
+    }
+}
+
+impl CostModel {
+    pub fn new() -> CostModel {
+        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Current estimate of a signature (None before its first sample).
+    pub fn estimate(&self, sig: &Sig) -> Option<u64> {
+        self.map.get(sig).and_then(|e| e.est.value())
+    }
+
+    fn guess(&self, sig: &Sig) -> (u64, bool) {
+        if sig.kind == KIND_KERNEL {
+            if let Some(&ps) = self.per_block_ps.get(&(sig.kind, sig.obj)) {
+                let g = (ps as u128 * sig.blocks() as u128 / 1000) as u64;
+                return (g.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS), true);
+            }
+        }
+        (self.last_estimate, false)
+    }
+
+    fn evict(&mut self, now: u64) {
+        if self.map.len() < MAX_ENTRIES {
+            return;
+        }
+        self.map.retain(|_, e| e.pending || now.saturating_sub(e.last_use) < EVICT_AGE_NS);
+        if self.map.len() >= MAX_ENTRIES {
+            self.map.retain(|_, e| e.pending);
+        }
+        if self.per_block_ps.len() >= MAX_ENTRIES {
+            self.per_block_ps.clear();
+        }
+    }
+
+    /// Prediction for a launch of `sig` at `now`; records a guessed charge when there is no estimate.
+    pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
+        if !self.map.contains_key(&sig) {
+            self.evict(now);
+        }
+        let gap_ok = now.saturating_sub(self.last_sample_start) >= MIN_SAMPLE_GAP_NS;
+        let (guess, based) = self.guess(&sig);
+        let e = self.map.entry(sig).or_default();
+        e.last_use = now;
+        match e.est.value() {
+            Some(v) => {
+                let due = if e.est.count() < WARMUP {
+                    true
+                } else {
+                    gap_ok && now.saturating_sub(e.last_sample_at) >= SAMPLE_INTERVAL_NS
+                };
+                Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false }
+            }
+            None => {
+                let wait = e.pending && !based;
+                if !wait {
+                    e.guessed_n += 1;
+                    e.guessed_sum += guess;
+                }
+                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait }
+            }
+        }
+    }
+
+    /// A launch predicted with `wait_for_first` that is launched anyway (the wait timed out):
+    /// charge the guess and count it for reconciliation.
+    pub fn charge_guess(&mut self, sig: Sig) -> u64 {
+        let (guess, _) = self.guess(&sig);
+        let e = self.map.entry(sig).or_default();
+        e.guessed_n += 1;
+        e.guessed_sum += guess;
+        guess
+    }
+
+    /// The timing events of a sample for `sig` were recorded.
+    pub fn sample_started(&mut self, sig: Sig, now: u64) {
+        let e = self.map.entry(sig).or_default();
+        e.pending = true;
+        e.last_sample_at = now;
+        self.last_sample_start = now;
+    }
+
+    /// Is a sample of `sig` in flight?
+    pub fn pending(&self, sig: &Sig) -> bool {
+        self.map.get(sig).is_some_and(|e| e.pending)
+    }
+
+    /// A sample could not be completed (event error, context gone).
+    pub fn sample_failed(&mut self, sig: Sig) {
+        if let Some(e) = self.map.get_mut(&sig) {
+            e.pending = false;
+        }
+    }
+
+    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge the bucket
+    /// (ns; negative = refund) for launches that were charged a guess.
+    pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
+        let e = self.map.entry(sig).or_default();
+        e.pending = false;
+        e.est.push(measured_ns, now);
+        let est = e.est.value().unwrap_or(measured_ns);
+        let delta = (e.guessed_n as i128 * est as i128 - e.guessed_sum as i128).clamp(i64::MIN as i128 / 2, i64::MAX as i128 / 2) as i64;
+        e.guessed_n = 0;
+        e.guessed_sum = 0;
+        self.last_estimate = est;
+        if sig.kind == KIND_KERNEL {
+            let ps = (est as u128 * 1000 / sig.blocks() as u128) as u64;
+            self.per_block_ps.insert((sig.kind, sig.obj), ps.max(1));
+        }
+        delta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+
+    fn k(grid: u32) -> Sig {
+        Sig::kernel(0x1000, [grid, 1, 1], [128, 1, 1], 0)
+    }
+
+    #[test]
+    fn low_cluster_ignores_inflated_samples() {
+        let mut e = Estimator::default();
+        let t = 10 * MS;
+        for v in [120, 50, 300, 51, 49, 200, 50] {
+            e.push(v * US, t);
+        }
+        // Cluster: 49, 50, 50, 51 (<= 49 × 1.1 = 53.9) -> 50.
+        assert_eq!(e.value(), Some(50 * US));
+    }
+
+    #[test]
+    fn old_samples_age_out_but_newest_stay() {
+        let mut e = Estimator::default();
+        for i in 0..RING as u64 {
+            e.push(10 * US, i);
+        }
+        // The kernel got slower; after MAX_AGE the old fast samples are gone.
+        let later = MAX_AGE_NS + 100 * MS;
+        for i in 0..KEEP_MIN as u64 {
+            e.push(20 * US, later + i);
+        }
+        assert_eq!(e.value(), Some(20 * US));
+        // Even much later the newest KEEP_MIN samples still give an estimate.
+        e.recompute(later * 10);
+        assert_eq!(e.value(), Some(20 * US));
+    }
+
+    #[test]
+    fn first_launches_are_guessed_then_reconciled() {
+        let mut m = CostModel::new();
+        let t = 1 * MS;
+        let p = m.predict(k(50), t);
+        assert!(p.guessed && p.sample && !p.wait_for_first);
+        assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
+        m.sample_started(k(50), t);
+        // While the first sample is in flight and there is no basis for a guess: wait.
+        let p2 = m.predict(k(50), t + 1);
+        assert!(p2.wait_for_first && !p2.sample);
+        // The wait timed out: launched with the guess.
+        assert_eq!(m.charge_guess(k(50)), INITIAL_GUESS_NS);
+        // Measured 20 ms: two launches charged 100 µs each -> 2 × 20 ms − 200 µs more debt.
+        let d = m.sample_done(k(50), 20 * MS, t + 30 * MS);
+        assert_eq!(d, (40 * MS - 200 * US) as i64);
+        let p3 = m.predict(k(50), t + 31 * MS);
+        assert_eq!(p3.cost_ns, 20 * MS);
+        assert!(!p3.guessed);
+    }
+
+    #[test]
+    fn other_grid_of_known_function_is_scaled() {
+        let mut m = CostModel::new();
+        m.predict(k(50), 0);
+        m.sample_started(k(50), 0);
+        m.sample_done(k(50), 50 * US, 100 * US);
+        let p = m.predict(k(200), MS);
+        assert!(p.guessed && !p.wait_for_first);
+        assert_eq!(p.cost_ns, 200 * US);
+        m.sample_started(k(200), MS);
+        // Second launch of k(200) while its sample is pending: no wait (there is a basis).
+        let p2 = m.predict(k(200), MS + 1);
+        assert!(!p2.wait_for_first && !p2.sample);
+        // Measured exactly as guessed: nothing to reconcile.
+        assert_eq!(m.sample_done(k(200), 200 * US, 2 * MS), 0);
+    }
+
+    #[test]
+    fn sampling_cadence() {
+        let mut m = CostModel::new();
+        let mut t = 0;
+        let mut samples = 0;
+        // 50 µs kernels launched back to back for 100 ms, samples complete 60 µs after start.
+        let mut pending_until: Option<u64> = None;
+        while t < 100 * MS {
+            if let Some(u) = pending_until {
+                if t >= u {
+                    m.sample_done(k(50), 50 * US, t);
+                    pending_until = None;
+                }
+            }
+            let p = m.predict(k(50), t);
+            if p.sample {
+                m.sample_started(k(50), t);
+                samples += 1;
+                pending_until = Some(t + 60 * US);
+            }
+            t += 50 * US;
+        }
+        // WARMUP samples quickly, then one per SAMPLE_INTERVAL.
+        let expect = WARMUP as u64 + 100 * MS / SAMPLE_INTERVAL_NS;
+        assert!((samples as i64 - expect as i64).abs() <= 2, "{samples} samples, expected about {expect}");
+    }
+
+    #[test]
+    fn graphs_have_their_own_entries() {
+        let mut m = CostModel::new();
+        let g = Sig::graph(0xabc);
+        let p = m.predict(g, 0);
+        assert!(p.guessed && p.sample);
+        m.sample_started(g, 0);
+        assert_eq!(m.sample_done(g, 3 * MS, MS), (3 * MS - INITIAL_GUESS_NS) as i64);
+        assert_eq!(m.estimate(&g), Some(3 * MS));
+        // An unknown kernel is now guessed at the latest estimate.
+        assert_eq!(m.predict(k(7), 2 * MS).cost_ns, 3 * MS);
+    }
+
+    #[test]
+    fn eviction_bounds_the_table() {
+        let mut m = CostModel::new();
+        for i in 0..(MAX_ENTRIES as u32 + 10) {
+            m.predict(k(i + 1), i as u64);
+        }
+        m.predict(k(1_000_000), EVICT_AGE_NS * 2);
+        assert!(m.len() <= MAX_ENTRIES);
+    }
+}

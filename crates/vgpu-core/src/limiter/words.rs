@@ -1,0 +1,77 @@
+//! Named access to the words of [`DeviceLimiterState`] (the per-device block of the region's
+//! private extension, shared by every process of the container).
+//!
+//! The first three words are named fields of the struct; the others live in its `reserved`
+//! array until `region.rs` names them (target/limiter-requests.txt). Everything outside this file
+//! goes through these accessors, so switching to named fields is a one-file change.
+//!
+//! | word | name | meaning |
+//! |---:|---|---|
+//! | 0 | `balance_ns` | token balance, ns of device time (negative = debt) |
+//! | 1 | `last_refill_ns` | CLOCK_MONOTONIC of the last lazy refill (0 = never) |
+//! | 2 | `generation` | bumped when rate or cap change |
+//! | 3 | `rate_ppm` | refill rate in millionths of wall time (0 = unlimited / unset) |
+//! | 4 | `cap_ns` | burst cap of the balance |
+//! | 5 | `charged_ns` | cumulative device ns charged (metric) |
+//! | 6 | `throttled_ns` | cumulative wall ns launches waited for tokens (metric) |
+//! | 7 | `throttled_launches` | launches that had to wait (metric) |
+//! | 8 | `blocked_ns` | cumulative wall ns launches waited while the monitor blocked |
+//! | 9 | `share_ppm` | last measured container share of the device |
+//! | 10 | `share_stamp_ns` | CLOCK_MONOTONIC of `share_ppm` (0 = none yet) |
+//! | 11 | `sensor` | [`SENSOR_NONE`], [`SENSOR_SELF`], [`SENSOR_NVML`] |
+//! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
+//! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
+
+use crate::region::DeviceLimiterState;
+use core::sync::atomic::{AtomicI64, AtomicU64};
+
+pub const SENSOR_NONE: u64 = 0;
+/// Shares measured by the processes themselves (timing events), NVML per-process unavailable.
+pub const SENSOR_SELF: u64 = 1;
+/// Shares measured by NVML per-process utilisation over the container's host PIDs.
+pub const SENSOR_NVML: u64 = 2;
+
+/// Typed view of one device's limiter words.
+#[derive(Clone, Copy)]
+pub struct Words<'a>(pub &'a DeviceLimiterState);
+
+macro_rules! word {
+    ($name:ident, $idx:expr) => {
+        #[inline]
+        pub fn $name(&self) -> &'a AtomicU64 {
+            &self.0.reserved[$idx - 3]
+        }
+    };
+}
+
+impl<'a> Words<'a> {
+    #[inline]
+    pub fn balance_ns(&self) -> &'a AtomicI64 {
+        &self.0.balance_ns
+    }
+    #[inline]
+    pub fn last_refill_ns(&self) -> &'a AtomicU64 {
+        &self.0.last_refill_ns
+    }
+    #[inline]
+    pub fn generation(&self) -> &'a AtomicU64 {
+        &self.0.generation
+    }
+    word!(rate_ppm, 3);
+    word!(cap_ns, 4);
+    word!(charged_ns, 5);
+    word!(throttled_ns, 6);
+    word!(throttled_launches, 7);
+    word!(blocked_ns, 8);
+    word!(share_ppm, 9);
+    word!(share_stamp_ns, 10);
+    word!(sensor, 11);
+    word!(correction_ppm, 12);
+    word!(unresolved_pids, 13);
+}
+
+/// A zeroed state, for tests and for callers without a region (process-local fallback).
+pub fn new_state() -> Box<DeviceLimiterState> {
+    // SAFETY: DeviceLimiterState is a repr(C) struct of atomics; all-zero is a valid value.
+    unsafe { Box::new(core::mem::zeroed()) }
+}
