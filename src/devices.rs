@@ -17,8 +17,6 @@ pub struct DeviceMap {
     pub cuda_to_region: Vec<usize>,
     /// UUIDs by region (NVML) index, as written into the region.
     pub region_uuids: Vec<String>,
-    /// Whether the mapping came from NVML (else a fallback).
-    pub from_nvml: bool,
 }
 
 impl DeviceMap {
@@ -106,7 +104,7 @@ pub fn build(cuda: Option<&[String]>, nvml: Option<&[String]>, visible: Option<&
             }
         }
         if ok {
-            return DeviceMap { cuda_to_region: map, region_uuids: n.to_vec(), from_nvml: true };
+            return DeviceMap { cuda_to_region: map, region_uuids: n.to_vec() };
         }
         crate::warn!("CUDA device UUIDs do not all appear in NVML's list; falling back to CUDA_VISIBLE_DEVICES order");
     }
@@ -134,5 +132,5 @@ pub fn build(cuda: Option<&[String]>, nvml: Option<&[String]>, visible: Option<&
         }
         _ => Vec::new(),
     };
-    DeviceMap { cuda_to_region: map, region_uuids, from_nvml: false }
+    DeviceMap { cuda_to_region: map, region_uuids }
 }

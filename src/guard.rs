@@ -3,9 +3,6 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-pub const CUDA_ERROR_UNKNOWN: u32 = 999;
-pub const NVML_ERROR_UNKNOWN: u32 = 999;
-
 #[inline]
 pub fn ffi<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(body)) {

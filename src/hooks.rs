@@ -59,9 +59,6 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
     table.iter().copied().find(|h| h.name.to_bytes() == name)
 }
 
-pub fn all() -> impl Iterator<Item = &'static Hook> {
-    CUDA_HOOKS.iter().chain(NVML_HOOKS.iter()).copied()
-}
 
 macro_rules! call_impl {
     ($real:ident, ($($arg:ident),*), ) => { unsafe { $real($($arg),*) } };

@@ -31,6 +31,7 @@ fn counted(
     what: &str,
     alloc: impl FnOnce() -> Result<u64, CUresult>,
 ) -> CUresult {
+    reclaim_dead_slots(st);
     let limit = st.memory_limit(dev);
     let reservation = match st.ledger.reserve(dev, bytes, kind, limit) {
         Ok(r) => r,
@@ -54,6 +55,24 @@ fn counted(
             CUDA_SUCCESS
         }
         Err(code) => code,
+    }
+}
+
+/// Slots of processes killed without cleaning up keep counting until someone compacts them; the
+/// allocation path does so at most once a second, so the monitor and our limit see them go
+/// promptly even when nobody is at the limit.
+fn reclaim_dead_slots(st: &State) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let Some(region) = st.region else { return };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if now > last && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if let Ok(n) = slots::compact(region, st.pid) {
+            if n > 0 {
+                crate::info!("reclaimed {n} slot(s) of exited processes");
+            }
+        }
     }
 }
 

@@ -1,0 +1,276 @@
+//! Graphs with kernel nodes (built explicitly or by stream capture). An executable graph is a
+//! snapshot of its kernel nodes; a launch runs them in sequence on the stream.
+
+use crate::launch::{KParams, launch_seq};
+use crate::sim::{self, Sim};
+use crate::types::*;
+use crate::{check_init, cu_try, nonnull, out};
+use std::ffi::c_void;
+
+pub(crate) struct Graph {
+    pub nodes: Vec<u64>,
+}
+
+pub(crate) struct Node {
+    pub graph: u64,
+    #[allow(dead_code)]
+    pub deps: Vec<u64>,
+    pub params: KParams,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: u64,
+    pub ctx: u64,
+}
+
+unsafe impl Send for Node {}
+
+pub(crate) struct Exec {
+    pub kernels: Vec<KParams>,
+}
+
+pub(crate) fn new_graph(sim: &mut Sim) -> u64 {
+    let h = sim::new_handle();
+    sim.graphs.insert(h, Graph { nodes: Vec::new() });
+    h
+}
+
+pub(crate) fn add_kernel_node(sim: &mut Sim, g: u64, deps: &[u64], p: KParams) -> Result<u64, CUresult> {
+    add_node(sim, g, deps, p, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0)
+}
+
+fn add_node(
+    sim: &mut Sim,
+    g: u64,
+    deps: &[u64],
+    p: KParams,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kern: u64,
+    ctx: u64,
+) -> Result<u64, CUresult> {
+    if !sim.graphs.contains_key(&g) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if deps.iter().any(|d| sim.nodes.get(d).is_none_or(|n| n.graph != g)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = sim::new_handle();
+    sim.nodes.insert(h, Node { graph: g, deps: deps.to_vec(), params: p, kernel_params, extra, kern, ctx });
+    sim.graphs.get_mut(&g).unwrap().nodes.push(h);
+    Ok(h)
+}
+
+pub(crate) fn graph_create(pg: *mut CUgraph, flags: u32) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pg)?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let g = new_graph(&mut sim::lock());
+        unsafe { out(pg, g as CUgraph) }
+    })
+}
+
+unsafe fn deps_vec(deps: *const CUgraphNode, n: usize) -> Result<Vec<u64>, CUresult> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    nonnull(deps)?;
+    Ok((0..n).map(|i| unsafe { *deps.add(i) } as u64).collect())
+}
+
+pub(crate) fn add_kernel_node_v1(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUDA_KERNEL_NODE_PARAMS_v1) -> CUresult {
+    if p.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let p = unsafe { *p };
+    let v2 = CUDA_KERNEL_NODE_PARAMS_v2 {
+        func: p.func,
+        grid_dim_x: p.grid_dim_x,
+        grid_dim_y: p.grid_dim_y,
+        grid_dim_z: p.grid_dim_z,
+        block_dim_x: p.block_dim_x,
+        block_dim_y: p.block_dim_y,
+        block_dim_z: p.block_dim_z,
+        shared_mem_bytes: p.shared_mem_bytes,
+        kernel_params: p.kernel_params,
+        extra: p.extra,
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    add_kernel_node_v2(pn, g, deps, n, &v2)
+}
+
+pub(crate) fn add_kernel_node_v2(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pn)?;
+        nonnull(p)?;
+        let p = unsafe { *p };
+        let deps = unsafe { deps_vec(deps, n)? };
+        let func = if p.func.is_null() { p.kern as u64 } else { p.func as u64 };
+        let kp = KParams {
+            func,
+            grid: [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
+            block: [p.block_dim_x, p.block_dim_y, p.block_dim_z],
+            shmem: p.shared_mem_bytes,
+        };
+        let mut sim = sim::lock();
+        if !sim.funcs.contains_key(&func) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = add_node(&mut sim, g as u64, &deps, kp, p.kernel_params, p.extra, p.kern as u64, p.ctx as u64)?;
+        unsafe { out(pn, h as CUgraphNode) }
+    })
+}
+
+pub(crate) fn graph_get_nodes(g: CUgraph, nodes: *mut CUgraphNode, num: *mut usize) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(num)?;
+        let sim = sim::lock();
+        let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let total = gr.nodes.len();
+        unsafe {
+            if nodes.is_null() {
+                *num = total;
+            } else {
+                let cap = *num;
+                for i in 0..cap {
+                    *nodes.add(i) = gr.nodes.get(i).map(|&h| h as CUgraphNode).unwrap_or(std::ptr::null_mut());
+                }
+                if cap > total {
+                    *num = total;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn node_get_type(n: CUgraphNode, t: *mut u32) -> CUresult {
+    cu_try!({
+        check_init()?;
+        let sim = sim::lock();
+        sim.nodes.get(&(n as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { out(t, CU_GRAPH_NODE_TYPE_KERNEL) }
+    })
+}
+
+fn node_params(n: CUgraphNode) -> Result<CUDA_KERNEL_NODE_PARAMS_v2, CUresult> {
+    check_init()?;
+    let sim = sim::lock();
+    let nd = sim.nodes.get(&(n as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let p = nd.params;
+    Ok(CUDA_KERNEL_NODE_PARAMS_v2 {
+        func: p.func as CUfunction,
+        grid_dim_x: p.grid[0],
+        grid_dim_y: p.grid[1],
+        grid_dim_z: p.grid[2],
+        block_dim_x: p.block[0],
+        block_dim_y: p.block[1],
+        block_dim_z: p.block[2],
+        shared_mem_bytes: p.shmem,
+        kernel_params: nd.kernel_params,
+        extra: nd.extra,
+        kern: nd.kern as CUkernel,
+        ctx: nd.ctx as CUcontext,
+    })
+}
+
+pub(crate) fn kernel_node_get_params_v2(n: CUgraphNode, out_p: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
+    cu_try!({
+        let p = node_params(n)?;
+        unsafe { out(out_p, p) }
+    })
+}
+
+pub(crate) fn kernel_node_get_params_v1(n: CUgraphNode, out_p: *mut CUDA_KERNEL_NODE_PARAMS_v1) -> CUresult {
+    cu_try!({
+        let p = node_params(n)?;
+        unsafe {
+            out(
+                out_p,
+                CUDA_KERNEL_NODE_PARAMS_v1 {
+                    func: p.func,
+                    grid_dim_x: p.grid_dim_x,
+                    grid_dim_y: p.grid_dim_y,
+                    grid_dim_z: p.grid_dim_z,
+                    block_dim_x: p.block_dim_x,
+                    block_dim_y: p.block_dim_y,
+                    block_dim_z: p.block_dim_z,
+                    shared_mem_bytes: p.shared_mem_bytes,
+                    kernel_params: p.kernel_params,
+                    extra: p.extra,
+                },
+            )
+        }
+    })
+}
+
+pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pe)?;
+        let mut sim = sim::lock();
+        let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let kernels = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).map(|n| n.params).collect();
+        let h = sim::new_handle();
+        sim.execs.insert(h, Exec { kernels });
+        unsafe { out(pe, h as CUgraphExec) }
+    })
+}
+
+pub(crate) fn instantiate_v1(pe: *mut CUgraphExec, g: CUgraph, err_node: *mut CUgraphNode, log: *mut u8, log_size: usize) -> CUresult {
+    let r = instantiate(pe, g, 0);
+    unsafe {
+        if !err_node.is_null() {
+            *err_node = std::ptr::null_mut();
+        }
+        if !log.is_null() && log_size > 0 {
+            *log = 0;
+        }
+    }
+    r
+}
+
+pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {
+    let kernels = {
+        if let Err(e) = check_init() {
+            return e;
+        }
+        let sim = sim::lock();
+        match sim.execs.get(&(e as u64)) {
+            Some(x) => x.kernels.clone(),
+            None => return CUDA_ERROR_INVALID_VALUE,
+        }
+    };
+    if kernels.is_empty() {
+        return cu_try!({
+            let mut sim = sim::lock();
+            crate::stream::resolve(&mut sim, h, ptds)?;
+            Ok(())
+        });
+    }
+    launch_seq(&kernels, h, ptds, false)
+}
+
+pub(crate) fn exec_destroy(e: CUgraphExec) -> CUresult {
+    cu_try!({
+        check_init()?;
+        sim::lock().execs.remove(&(e as u64)).map(|_| ()).ok_or(CUDA_ERROR_INVALID_VALUE)
+    })
+}
+
+pub(crate) fn graph_destroy(g: CUgraph) -> CUresult {
+    cu_try!({
+        check_init()?;
+        let mut sim = sim::lock();
+        let gr = sim.graphs.remove(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        for n in gr.nodes {
+            sim.nodes.remove(&n);
+        }
+        Ok(())
+    })
+}
