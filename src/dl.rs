@@ -85,7 +85,10 @@ impl RealLib {
 
     fn open(&self, path: Option<&CStr>) -> Option<*mut c_void> {
         let name = path.unwrap_or(self.soname);
-        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE;
+        // Adopting an object by path must never load a second, different file (a relative path
+        // from dladdr resolves against the current directory): NOLOAD.
+        let adopt = if path.is_some() { libc::RTLD_NOLOAD } else { 0 };
+        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE | adopt;
         let h = unsafe { libc::dlopen(name.as_ptr(), flags) };
         if h.is_null() {
             if path.is_none() {
@@ -101,20 +104,6 @@ impl RealLib {
                 unsafe { libc::dlclose(h) };
                 Some(existing)
             }
-        }
-    }
-
-    /// Is this library already loaded in the process (by anyone)?
-    pub fn is_loaded(&self) -> bool {
-        if !self.handle.load(Ordering::Acquire).is_null() {
-            return true;
-        }
-        let h = unsafe { libc::dlopen(self.soname.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if h.is_null() {
-            false
-        } else {
-            unsafe { libc::dlclose(h) };
-            true
         }
     }
 

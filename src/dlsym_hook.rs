@@ -68,8 +68,15 @@ fn redirect(handle: *mut c_void, hook: &'static hooks::Hook) -> usize {
     }
     if handle == libc::RTLD_DEFAULT {
         // The global scope always contains our (preloaded) export. Without the shim this lookup
-        // finds nothing unless the driver is loaded, and programs probe for CUDA this way.
-        return if lib.is_loaded() { hook.hook as usize } else { RETURN_NULL };
+        // finds the driver's definition only if the driver is in the global scope, and programs
+        // probe for CUDA this way: answer exactly that. `RTLD_NEXT` from here searches the
+        // global scope after us, i.e. what the caller would have found without the shim.
+        let next = dl::real_dlsym(libc::RTLD_NEXT, hook.name);
+        if next.is_null() {
+            return RETURN_NULL;
+        }
+        lib.adopt_from_symbol(next);
+        return hook.hook as usize;
     }
     // An explicit handle: redirect only if that object really provides the symbol.
     let real = dl::real_dlsym(handle, hook.name);

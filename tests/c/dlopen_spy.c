@@ -1,0 +1,28 @@
+/* LD_PRELOADed *before* the shim: logs every dlopen (name, flags, calling object) to stderr as
+ * `[spy] dlopen name=<name> flags=0x<hex> caller=<object basename>` and forwards to libc's dlopen.
+ * Lets tests check how the shim opens the driver (e.g. RTLD_NODELETE, rust-shim-notes §13). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef void *(*dlopen_fn)(const char *, int);
+
+void *dlopen(const char *name, int flags) {
+    static dlopen_fn real;
+    if (!real) real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34");
+    if (!real) real = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5");
+    const void *ra = __builtin_return_address(0);
+    Dl_info info;
+    const char *caller = "?";
+    if (dladdr(ra, &info) && info.dli_fname) {
+        const char *s = strrchr(info.dli_fname, '/');
+        caller = s ? s + 1 : info.dli_fname;
+    }
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "[spy] dlopen name=%s flags=0x%x caller=%s\n", name ? name : "(null)",
+                     (unsigned)flags, caller);
+    if (n > 0) write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    return real(name, flags);
+}

@@ -1,0 +1,2 @@
+/* libpriv.so: private dependency of libplugin.so. */
+int priv_fn(void) { return 7; }

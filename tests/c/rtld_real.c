@@ -1,0 +1,2 @@
+/* libreal.so: the "real" implementation. */
+int foo(void) { return 42; }
