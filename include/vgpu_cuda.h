@@ -789,8 +789,14 @@ typedef CUresult (CUDAAPI *PFN_cuMipmappedArrayDestroy)(CUmipmappedArray hMipmap
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
 
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxRelease)(CUdevice dev);
+
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset)(CUdevice dev);
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset_v2)(CUdevice dev);

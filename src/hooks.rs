@@ -164,7 +164,9 @@ pub mod cuda {
 
         // Contexts (each costs device memory).
         fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) => context::primary_retain;
+        fn cuDevicePrimaryCtxRelease(dev: CUdevice) => context::primary_release;
         fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) => context::primary_release;
+        fn cuDevicePrimaryCtxReset(dev: CUdevice) => context::primary_reset;
         fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => context::primary_reset;
         fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => context::ctx_create_v2;
         fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut CUexecAffinityParam, num_params: c_int, flags: c_uint, dev: CUdevice) => context::ctx_create_v3;

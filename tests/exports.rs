@@ -142,3 +142,26 @@ fn undefined_symbols_only_from_glibc() {
         max_glibc.1
     );
 }
+
+/// Every exported driver/NVML symbol has a prototype in `include/` — which the ABI conformance
+/// test compiles against NVIDIA's own declarations — so no export escapes the signature check.
+#[test]
+fn every_export_is_declared_in_include_headers() {
+    let a = artifacts();
+    let mut headers = String::new();
+    for h in ["include/vgpu_cuda.h", "include/vgpu_nvml.h"] {
+        headers += &std::fs::read_to_string(a.root.join(h)).expect(h);
+    }
+    let undeclared: Vec<String> = expected_exports()
+        .into_iter()
+        .filter(|name| name != "dlsym")
+        .filter(|name| {
+            // A prototype looks like `<ret> [CUDAAPI|DECLDIR] name(`.
+            !headers.lines().any(|l| {
+                let l = l.trim_start();
+                !l.starts_with("typedef") && l.contains(&format!(" {name}("))
+            })
+        })
+        .collect();
+    assert!(undeclared.is_empty(), "exports without a prototype in include/: {undeclared:?}");
+}

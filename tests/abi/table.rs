@@ -830,7 +830,9 @@ abi_table! {
     func   cuda cuMipmappedArrayCreate = PFN_cuMipmappedArrayCreate;
     func   cuda cuMipmappedArrayDestroy = PFN_cuMipmappedArrayDestroy;
     func   cuda cuDevicePrimaryCtxRetain = PFN_cuDevicePrimaryCtxRetain;
+    func   cuda cuDevicePrimaryCtxRelease = PFN_cuDevicePrimaryCtxRelease;
     func   cuda cuDevicePrimaryCtxRelease_v2 = PFN_cuDevicePrimaryCtxRelease_v2;
+    func   cuda cuDevicePrimaryCtxReset = PFN_cuDevicePrimaryCtxReset;
     func   cuda cuDevicePrimaryCtxReset_v2 = PFN_cuDevicePrimaryCtxReset_v2;
     func   cuda cuCtxCreate_v2 = PFN_cuCtxCreate_v2;
     func   cuda cuCtxCreate_v3 = PFN_cuCtxCreate_v3;

@@ -1366,7 +1366,11 @@ pub type PFN_cuMipmappedArrayDestroy =
     ::core::option::Option<unsafe extern "C" fn(hMipmappedArray: CUmipmappedArray) -> CUresult>;
 pub type PFN_cuDevicePrimaryCtxRetain =
     ::core::option::Option<unsafe extern "C" fn(pctx: *mut CUcontext, dev: CUdevice) -> CUresult>;
+pub type PFN_cuDevicePrimaryCtxRelease =
+    ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
 pub type PFN_cuDevicePrimaryCtxRelease_v2 =
+    ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
+pub type PFN_cuDevicePrimaryCtxReset =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
 pub type PFN_cuDevicePrimaryCtxReset_v2 =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;

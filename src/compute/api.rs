@@ -1,0 +1,224 @@
+//! Real driver / NVML entry points the compute limiter calls (and does not hook), resolved lazily
+//! from the real libraries and cached. The application's variant rules apply: a `_ptsz` launch
+//! is followed by `_ptsz` event records and capture queries on the same stream handle.
+
+#![allow(non_snake_case, dead_code)]
+
+use crate::dl::{LIBCUDA, LIBNVML, RealLib};
+use crate::ffi::*;
+use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    let p = lib.sym(name);
+    if !p.is_null() {
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+macro_rules! real_fns {
+    ($( $lib:ident fn $name:ident ( $($ty:ty),* ) -> $ret:ty ; )*) => {
+        $(
+            pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> $ret> {
+                static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+                let name = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(c) => c,
+                    Err(_) => return None,
+                };
+                let p = resolve(&SLOT, &$lib, name);
+                if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p) }) }
+            }
+        )*
+    };
+}
+
+real_fns! {
+    LIBCUDA fn cuCtxGetCurrent(*mut CUcontext) -> CUresult;
+    LIBCUDA fn cuCtxGetDevice(*mut CUdevice) -> CUresult;
+    LIBCUDA fn cuCtxPushCurrent_v2(CUcontext) -> CUresult;
+    LIBCUDA fn cuCtxPopCurrent_v2(*mut CUcontext) -> CUresult;
+    LIBCUDA fn cuStreamGetCtx(CUstream, *mut CUcontext) -> CUresult;
+    LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
+    LIBCUDA fn cuEventCreate(*mut CUevent, c_uint) -> CUresult;
+    LIBCUDA fn cuEventDestroy_v2(CUevent) -> CUresult;
+    LIBCUDA fn cuEventRecord(CUevent, CUstream) -> CUresult;
+    LIBCUDA fn cuEventRecord_ptsz(CUevent, CUstream) -> CUresult;
+    LIBCUDA fn cuEventQuery(CUevent) -> CUresult;
+    LIBCUDA fn cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
+    LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
+    LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
+    LIBNVML fn nvmlInit_v2() -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+}
+
+/// The calling thread's current context (null if none).
+pub fn current_ctx() -> CUcontext {
+    let mut c: CUcontext = std::ptr::null_mut();
+    if let Some(f) = cuCtxGetCurrent() {
+        if unsafe { f(&mut c) } != CUDA_SUCCESS {
+            c = std::ptr::null_mut();
+        }
+    }
+    c
+}
+
+/// CUDA ordinal of the current context.
+pub fn current_ordinal() -> Option<CUdevice> {
+    let f = cuCtxGetDevice()?;
+    let mut d: CUdevice = 0;
+    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
+}
+
+/// Capture state of `stream` through the variant matching the launch. `true` = the launch must
+/// be passed through untouched (capturing, invalidated, or the legacy stream is unusable because
+/// another stream captures: `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
+pub fn capturing(stream: CUstream, ptsz: bool) -> bool {
+    let f = if ptsz { cuStreamIsCapturing_ptsz().or_else(cuStreamIsCapturing) } else { cuStreamIsCapturing() };
+    let Some(f) = f else { return false };
+    let mut st: CUstreamCaptureStatus_enum = CU_STREAM_CAPTURE_STATUS_NONE;
+    match unsafe { f(stream, &mut st) } {
+        CUDA_SUCCESS => st != CU_STREAM_CAPTURE_STATUS_NONE,
+        CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => true,
+        // Unknown state (bad handle: the launch will fail anyway): do not instrument.
+        _ => true,
+    }
+}
+
+pub fn event_record(ev: CUevent, stream: CUstream, ptsz: bool) -> CUresult {
+    let f = if ptsz { cuEventRecord_ptsz().or_else(cuEventRecord) } else { cuEventRecord() };
+    match f {
+        Some(f) => unsafe { f(ev, stream) },
+        None => CUDA_ERROR_NOT_SUPPORTED,
+    }
+}
+
+/// Elapsed ns between two completed events (`Err(NOT_READY)` while pending).
+pub fn elapsed_ns(a: CUevent, b: CUevent) -> Result<u64, CUresult> {
+    let f = cuEventElapsedTime_v2().or_else(cuEventElapsedTime).ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+    let mut ms: f32 = 0.0;
+    match unsafe { f(&mut ms, a, b) } {
+        CUDA_SUCCESS => Ok(((ms as f64).max(0.0) * 1e6) as u64),
+        e => Err(e),
+    }
+}
+
+pub fn event_query(ev: CUevent) -> CUresult {
+    match cuEventQuery() {
+        Some(f) => unsafe { f(ev) },
+        None => CUDA_ERROR_NOT_SUPPORTED,
+    }
+}
+
+pub fn event_create() -> Option<CUevent> {
+    let f = cuEventCreate()?;
+    let mut ev: CUevent = std::ptr::null_mut();
+    (unsafe { f(&mut ev, CU_EVENT_DEFAULT) } == CUDA_SUCCESS && !ev.is_null()).then_some(ev)
+}
+
+pub fn event_destroy(ev: CUevent) {
+    if let Some(f) = cuEventDestroy_v2() {
+        unsafe { f(ev) };
+    }
+}
+
+/// Puts the calling thread in RELAXED capture mode (the watcher: its event queries must never
+/// conflict with an application thread's GLOBAL-mode capture).
+pub fn relax_capture_mode() {
+    if let Some(f) = cuThreadExchangeStreamCaptureMode() {
+        let mut m: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
+        unsafe { f(&mut m) };
+    }
+}
+
+/// Runs `f` with `ctx` current on this thread (push/pop), for work on another context's stream.
+pub fn with_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
+    let push = cuCtxPushCurrent_v2()?;
+    let pop = cuCtxPopCurrent_v2()?;
+    if unsafe { push(ctx) } != CUDA_SUCCESS {
+        return None;
+    }
+    let r = f();
+    let mut old: CUcontext = std::ptr::null_mut();
+    unsafe { pop(&mut old) };
+    Some(r)
+}
+
+/// Context of a stream (non-null handles only).
+pub fn stream_ctx(stream: CUstream, ptsz: bool) -> Option<CUcontext> {
+    let f = if ptsz { cuStreamGetCtx_ptsz().or_else(cuStreamGetCtx) } else { cuStreamGetCtx() }?;
+    let mut c: CUcontext = std::ptr::null_mut();
+    (unsafe { f(stream, &mut c) } == CUDA_SUCCESS && !c.is_null()).then_some(c)
+}
+
+pub fn nvml_handle(index: usize) -> Option<nvmlDevice_t> {
+    let init = nvmlInit_v2()?;
+    if unsafe { init() } != NVML_SUCCESS {
+        return None;
+    }
+    let f = nvmlDeviceGetHandleByIndex_v2()?;
+    let mut h: nvmlDevice_t = std::ptr::null_mut();
+    (unsafe { f(index as c_uint, &mut h) } == NVML_SUCCESS).then_some(h)
+}
+
+/// (pid, used bytes) of the compute processes NVML lists on a device.
+pub fn nvml_processes(h: nvmlDevice_t) -> Option<Vec<(u32, u64)>> {
+    let f = nvmlDeviceGetComputeRunningProcesses_v3().or_else(nvmlDeviceGetComputeRunningProcesses_v2)?;
+    let mut cap: c_uint = 64;
+    for _ in 0..4 {
+        let mut buf: Vec<nvmlProcessInfo_t> = vec![unsafe { std::mem::zeroed() }; cap as usize];
+        let mut n = cap;
+        match unsafe { f(h, &mut n, buf.as_mut_ptr()) } {
+            NVML_SUCCESS => {
+                buf.truncate(n as usize);
+                return Some(buf.iter().map(|p| (p.pid, p.usedGpuMemory)).collect());
+            }
+            NVML_ERROR_INSUFFICIENT_SIZE => cap = n.max(cap * 2) + 8,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Outcome of a per-process utilisation query.
+pub enum Util {
+    /// Samples (pid, timestamp µs, SM %) newer than the `last_seen` passed.
+    Samples(Vec<(u32, u64, u32)>),
+    /// No process had non-zero utilisation since `last_seen`.
+    NoneBusy,
+    /// Per-process utilisation is not available (MIG, vGPU guest, old GPU, simulator knob).
+    NotSupported,
+    Error(nvmlReturn_t),
+}
+
+pub fn nvml_process_util(h: nvmlDevice_t, last_seen_us: u64) -> Util {
+    let Some(f) = nvmlDeviceGetProcessUtilization() else { return Util::NotSupported };
+    let mut cap: c_uint = 64;
+    for _ in 0..4 {
+        let mut buf: Vec<nvmlProcessUtilizationSample_t> = vec![unsafe { std::mem::zeroed() }; cap as usize];
+        let mut n = cap;
+        match unsafe { f(h, buf.as_mut_ptr(), &mut n, last_seen_us) } {
+            NVML_SUCCESS => {
+                buf.truncate(n as usize);
+                return Util::Samples(buf.iter().map(|s| (s.pid, s.timeStamp, s.smUtil)).collect());
+            }
+            NVML_ERROR_NOT_FOUND => return Util::NoneBusy,
+            NVML_ERROR_NOT_SUPPORTED => return Util::NotSupported,
+            NVML_ERROR_INSUFFICIENT_SIZE => cap = n.max(cap * 2) + 8,
+            e => return Util::Error(e),
+        }
+    }
+    Util::Error(NVML_ERROR_INSUFFICIENT_SIZE)
+}
+
+#[allow(unused)]
+fn _types(_: c_int) {}
