@@ -753,6 +753,12 @@ typedef CUresult (CUDAAPI *PFN_cuMemCreate)(CUmemGenericAllocationHandle *handle
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle);
 typedef CUresult (CUDAAPI *PFN_cuMemRelease)(CUmemGenericAllocationHandle handle);
 
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+typedef CUresult (CUDAAPI *PFN_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size);
+typedef CUresult (CUDAAPI *PFN_cuMemUnmap)(CUdeviceptr ptr, size_t size);
+
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 typedef CUresult (CUDAAPI *PFN_cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 

@@ -24,12 +24,19 @@ fn ordinal_slot(dev: CUdevice) -> Option<usize> {
 }
 
 pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    // The NVML process-list diff around the application's own first context gives our host PID
+    // (no probe context of our own); the context charge below needs it.
+    let snap = crate::compute::ctx_creating(dev);
     let r = unsafe { real(pctx, dev) };
+    crate::compute::ctx_created(dev, snap, r);
     if r != CUDA_SUCCESS {
         return r;
     }
     let Some(d) = ordinal_slot(dev) else { return r };
     let st = state::get();
+    if !pctx.is_null() {
+        st.primary_ctx[d].store(unsafe { *pctx } as u64, Ordering::Release);
+    }
     if st.primary_refs[d].fetch_add(1, Ordering::AcqRel) == 0 {
         st.primary_bytes[d].store(charge_context(dev), Ordering::Release);
     }
@@ -48,6 +55,8 @@ fn drop_primary(dev: CUdevice, all: bool) {
     };
     if prev > 0 && (all || prev == 1) {
         uncharge_context(dev, st.primary_bytes[d].swap(0, Ordering::AcqRel));
+        crate::memory::context_torn_down(st.primary_ctx[d].load(Ordering::Acquire));
+        crate::compute::device_ctx_gone(dev);
     }
 }
 
@@ -68,7 +77,8 @@ pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice
 }
 
 /// A created context: charged by handle, uncharged at destroy.
-fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate::compute::CtxSnapshot>) -> CUresult {
+    crate::compute::ctx_created(dev, snap, r);
     if r == CUDA_SUCCESS && !pctx.is_null() {
         let st = state::get();
         let bytes = charge_context(dev);
@@ -76,6 +86,7 @@ fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
             dev: st.region_index(dev),
             bytes,
             kind: vgpu_core::region::UsageKind::Context,
+            owner: 0,
         };
         st.handles.insert(unsafe { *pctx } as u64, rec);
     }
@@ -83,7 +94,8 @@ fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
 }
 
 pub unsafe fn ctx_create_v2(real: pfn::cuCtxCreate_v2, pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    created(unsafe { real(pctx, flags, dev) }, pctx, dev)
+    let snap = crate::compute::ctx_creating(dev);
+    created(unsafe { real(pctx, flags, dev) }, pctx, dev, snap)
 }
 
 pub unsafe fn ctx_create_v3(
@@ -94,7 +106,8 @@ pub unsafe fn ctx_create_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(unsafe { real(pctx, params, num, flags, dev) }, pctx, dev)
+    let snap = crate::compute::ctx_creating(dev);
+    created(unsafe { real(pctx, params, num, flags, dev) }, pctx, dev, snap)
 }
 
 pub unsafe fn ctx_create_v4(
@@ -104,7 +117,8 @@ pub unsafe fn ctx_create_v4(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(unsafe { real(pctx, params, flags, dev) }, pctx, dev)
+    let snap = crate::compute::ctx_creating(dev);
+    created(unsafe { real(pctx, params, flags, dev) }, pctx, dev, snap)
 }
 
 pub unsafe fn ctx_destroy(real: pfn::cuCtxDestroy_v2, ctx: CUcontext) -> CUresult {
@@ -114,6 +128,8 @@ pub unsafe fn ctx_destroy(real: pfn::cuCtxDestroy_v2, ctx: CUcontext) -> CUresul
         if let Some(rec) = st.handles.remove(ctx as u64) {
             st.ledger.release(rec.dev, rec.kind, rec.bytes);
         }
+        crate::memory::context_torn_down(ctx as u64);
+        crate::compute::ctx_destroyed(ctx);
     }
     r
 }

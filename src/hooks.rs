@@ -150,6 +150,8 @@ pub mod cuda {
         fn cuMemFree_v2(dptr: CUdeviceptr) => memory::mem_free;
         fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) => memory::mem_create;
         fn cuMemRelease(handle: CUmemGenericAllocationHandle) => memory::mem_release;
+        fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) => memory::mem_map;
+        fn cuMemUnmap(ptr: CUdeviceptr, size: usize) => memory::mem_unmap;
         fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) => memory::mem_alloc_async;
         fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) => memory::mem_alloc_async;
         fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) => memory::mem_alloc_from_pool_async;

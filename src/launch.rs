@@ -1,47 +1,101 @@
-//! Kernel launches: the compute limiter's gate.
+//! Kernel launches: the compute limiter's gate (docs/design.md "Compute limiter").
+//!
+//! Every launch entry point first tests one process-local flag ([`compute::fast`]). Clear (no
+//! device limited and enforced, the monitor not blocking, no feedback word due): the real call,
+//! nothing else. Set: [`compute::before`] admits the launch (may sleep), the real call runs, and
+//! [`compute::after`] finishes it (timing event, refund of a failed launch).
 
+use crate::compute;
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;
 use std::ffi::{c_uint, c_void};
+use vgpu_core::limiter::cost::Sig;
 
 macro_rules! launch_fn {
-    ($fname:ident, $pfn:ident) => {
+    ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(
             real: pfn::$pfn, f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint,
             bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void,
         ) -> CUresult {
-            unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) }
+            if compute::fast() {
+                return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) };
+            }
+            let t = compute::before(stream, $ptsz, Sig::kernel(f as u64, [gx, gy, gz], [bx, by, bz], shmem));
+            let r = unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) };
+            compute::after(t, r);
+            r
         }
     };
 }
-launch_fn!(launch_kernel, cuLaunchKernel);
-launch_fn!(launch_kernel_ptsz, cuLaunchKernel_ptsz);
+launch_fn!(launch_kernel, cuLaunchKernel, false);
+launch_fn!(launch_kernel_ptsz, cuLaunchKernel_ptsz, true);
 
 macro_rules! coop_fn {
-    ($fname:ident, $pfn:ident) => {
+    ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(
             real: pfn::$pfn, f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint,
             bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void,
         ) -> CUresult {
-            unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) }
+            if compute::fast() {
+                return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) };
+            }
+            let t = compute::before(stream, $ptsz, Sig::kernel(f as u64, [gx, gy, gz], [bx, by, bz], shmem));
+            let r = unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) };
+            compute::after(t, r);
+            r
         }
     };
 }
-coop_fn!(launch_cooperative, cuLaunchCooperativeKernel);
-coop_fn!(launch_cooperative_ptsz, cuLaunchCooperativeKernel_ptsz);
+coop_fn!(launch_cooperative, cuLaunchCooperativeKernel, false);
+coop_fn!(launch_cooperative_ptsz, cuLaunchCooperativeKernel_ptsz, true);
 
-pub unsafe fn launch_kernel_ex(real: pfn::cuLaunchKernelEx, cfg: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
-    unsafe { real(cfg, f, params, extra) }
+/// Signature and stream of a `cuLaunchKernelEx` configuration (None: invalid, let the driver say so).
+fn ex_sig(cfg: *const CUlaunchConfig, f: CUfunction) -> Option<(Sig, CUstream)> {
+    if cfg.is_null() {
+        return None;
+    }
+    let c = unsafe { &*cfg };
+    Some((Sig::kernel(f as u64, [c.gridDimX, c.gridDimY, c.gridDimZ], [c.blockDimX, c.blockDimY, c.blockDimZ], c.sharedMemBytes), c.hStream))
 }
-pub unsafe fn launch_kernel_ex_ptsz(real: pfn::cuLaunchKernelEx_ptsz, cfg: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
-    unsafe { real(cfg, f, params, extra) }
+
+macro_rules! ex_fn {
+    ($fname:ident, $pfn:ident, $ptsz:expr) => {
+        pub unsafe fn $fname(real: pfn::$pfn, cfg: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
+            if compute::fast() {
+                return unsafe { real(cfg, f, params, extra) };
+            }
+            let t = ex_sig(cfg, f).and_then(|(sig, stream)| compute::before(stream, $ptsz, sig));
+            let r = unsafe { real(cfg, f, params, extra) };
+            compute::after(t, r);
+            r
+        }
+    };
 }
+ex_fn!(launch_kernel_ex, cuLaunchKernelEx, false);
+ex_fn!(launch_kernel_ex_ptsz, cuLaunchKernelEx_ptsz, true);
+
 pub unsafe fn launch_cooperative_multi(real: pfn::cuLaunchCooperativeKernelMultiDevice, list: *mut CUDA_LAUNCH_PARAMS, n: c_uint, flags: c_uint) -> CUresult {
-    unsafe { real(list, n, flags) }
+    if compute::fast() {
+        return unsafe { real(list, n, flags) };
+    }
+    let ts = compute::before_multi(list, n);
+    let r = unsafe { real(list, n, flags) };
+    compute::after_multi(ts, list, r);
+    r
 }
-pub unsafe fn graph_launch(real: pfn::cuGraphLaunch, exec: CUgraphExec, stream: CUstream) -> CUresult {
-    unsafe { real(exec, stream) }
+
+macro_rules! graph_fn {
+    ($fname:ident, $pfn:ident, $ptsz:expr) => {
+        pub unsafe fn $fname(real: pfn::$pfn, exec: CUgraphExec, stream: CUstream) -> CUresult {
+            if compute::fast() {
+                return unsafe { real(exec, stream) };
+            }
+            let t = compute::before(stream, $ptsz, Sig::graph(exec as u64));
+            let r = unsafe { real(exec, stream) };
+            compute::after(t, r);
+            r
+        }
+    };
 }
-pub unsafe fn graph_launch_ptsz(real: pfn::cuGraphLaunch_ptsz, exec: CUgraphExec, stream: CUstream) -> CUresult {
-    unsafe { real(exec, stream) }
-}
+graph_fn!(graph_launch, cuGraphLaunch, false);
+graph_fn!(graph_launch_ptsz, cuGraphLaunch_ptsz, true);

@@ -5,6 +5,7 @@
 
 #[macro_use]
 pub mod log;
+mod compute;
 mod context;
 mod devices;
 mod state;
@@ -20,4 +21,6 @@ mod nvml;
 mod procaddr;
 
 /// Per-process compute state to forget in a forked child (owned by the compute module).
-pub(crate) fn compute_fork_child() {}
+pub(crate) fn compute_fork_child() {
+    compute::fork_child();
+}

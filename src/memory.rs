@@ -20,6 +20,13 @@ pub fn current_ordinal() -> Option<CUdevice> {
     (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
 }
 
+/// The calling thread's current context (the owner of what it allocates), 0 if none.
+pub fn current_ctx() -> u64 {
+    let Some(f) = driver::cuCtxGetCurrent() else { return 0 };
+    let mut c: CUcontext = std::ptr::null_mut();
+    if unsafe { f(&mut c) } == CUDA_SUCCESS { c as u64 } else { 0 }
+}
+
 /// Reserve `bytes` on region device `dev`, run the real allocation, record it under the key it
 /// returns. `Err(code)` from `alloc` rolls the reservation back and is returned unchanged.
 fn counted(
@@ -28,6 +35,7 @@ fn counted(
     dev: usize,
     bytes: u64,
     kind: UsageKind,
+    owner: u64,
     what: &str,
     alloc: impl FnOnce() -> Result<u64, CUresult>,
 ) -> CUresult {
@@ -46,7 +54,7 @@ fn counted(
     };
     match alloc() {
         Ok(key) => {
-            if let Some(stale) = table.insert(key, AllocRecord { dev, bytes, kind }) {
+            if let Some(stale) = table.insert(key, AllocRecord { dev, bytes, kind, owner }) {
                 // The driver reused an address we still counted: its free was missed.
                 st.ledger.release(stale.dev, stale.kind, stale.bytes);
             }
@@ -68,7 +76,9 @@ fn reclaim_dead_slots(st: &State) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let last = LAST.load(Ordering::Relaxed);
     if now > last && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-        if let Ok(n) = slots::compact(region, st.pid) {
+        // Never wait here: a busy lock just means someone else is in the region right now.
+        if let Ok(g) = region.lock_timeout(std::time::Duration::ZERO) {
+            let n = slots::compact_locked(&g, st.pid, &slots::pid_is_dead);
             if n > 0 {
                 crate::info!("reclaimed {n} slot(s) of exited processes");
             }
@@ -127,7 +137,7 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size) };
     };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAlloc", || {
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAlloc", || {
         match unsafe { real(dptr, size) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
@@ -150,7 +160,7 @@ pub unsafe fn mem_alloc_pitch(
     // Reserve a pessimistic estimate (pitch alignment is at most 512 bytes on current GPUs), then
     // settle on the driver's real pitch × height.
     let estimate = (width as u64).div_ceil(512).saturating_mul(512).saturating_mul(height as u64);
-    let r = counted(st, &st.allocs, dev, estimate, UsageKind::Data, "cuMemAllocPitch", || {
+    let r = counted(st, &st.allocs, dev, estimate, UsageKind::Data, current_ctx(), "cuMemAllocPitch", || {
         match unsafe { real(dptr, pitch, width, height, elem) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
@@ -168,7 +178,7 @@ pub unsafe fn mem_alloc_pitch(
             } else {
                 st.ledger.release(dev, UsageKind::Data, estimate - actual);
             }
-            st.allocs.insert(key, AllocRecord { dev, bytes: actual, kind: UsageKind::Data });
+            st.allocs.insert(key, AllocRecord { dev, bytes: actual, kind: UsageKind::Data, owner: current_ctx() });
         }
     }
     r
@@ -180,7 +190,7 @@ pub unsafe fn mem_alloc_managed(real: pfn::cuMemAllocManaged, dptr: *mut CUdevic
         return unsafe { real(dptr, size, flags) };
     };
     // Managed memory can migrate wholly onto the device: count it in full (as the incumbent).
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocManaged", || {
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocManaged", || {
         match unsafe { real(dptr, size, flags) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
@@ -203,7 +213,7 @@ pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CUdeviceptr
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size, stream) };
     };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocAsync", || {
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocAsync", || {
         match unsafe { real(dptr, size, stream) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
@@ -222,7 +232,7 @@ pub unsafe fn mem_alloc_from_pool_async(
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size, pool, stream) };
     };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, "cuMemAllocFromPoolAsync", || {
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocFromPoolAsync", || {
         match unsafe { real(dptr, size, pool, stream) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
@@ -258,7 +268,7 @@ pub unsafe fn mem_create(
     }
     let st = state::get();
     let dev = st.region_index(p.location.id);
-    counted(st, &st.handles, dev, size as u64, UsageKind::Data, "cuMemCreate", || {
+    counted(st, &st.handles, dev, size as u64, UsageKind::Data, 0, "cuMemCreate", || {
         match unsafe { real(handle, size, prop, flags) } {
             CUDA_SUCCESS => Ok(unsafe { *handle }),
             e => Err(e),
@@ -266,12 +276,115 @@ pub unsafe fn mem_create(
     })
 }
 
+/// Physical VMM memory is freed only when its handle is released AND its last mapping is gone
+/// ("create, map, release the handle, keep using the mapping" is the normal pattern), so a
+/// counted handle stays counted until both have happened.
+#[derive(Default)]
+pub struct VmmBook {
+    /// Counted handle → (live mappings, released).
+    handles: std::collections::HashMap<u64, (u32, bool)>,
+    /// Mapping start address → (size, handle).
+    maps: std::collections::BTreeMap<u64, (u64, u64)>,
+}
+
+impl VmmBook {
+    fn mapped(&mut self, va: u64, size: u64, handle: u64) {
+        self.maps.insert(va, (size, handle));
+        self.handles.entry(handle).or_insert((0, false)).0 += 1;
+    }
+
+    /// Forget the mappings inside `[va, va+size)`; returns released handles whose last mapping
+    /// went away (to uncount now).
+    fn unmapped(&mut self, va: u64, size: u64) -> Vec<u64> {
+        let end = va.saturating_add(size);
+        let gone: Vec<(u64, u64)> = self.maps.range(va..end).map(|(&a, &(_, h))| (a, h)).collect();
+        let mut free = Vec::new();
+        for (a, h) in gone {
+            self.maps.remove(&a);
+            if let Some(e) = self.handles.get_mut(&h) {
+                e.0 = e.0.saturating_sub(1);
+                if e.0 == 0 {
+                    let released = e.1;
+                    self.handles.remove(&h);
+                    if released {
+                        free.push(h);
+                    }
+                }
+            }
+        }
+        free
+    }
+
+    /// The handle was released: true if it can be uncounted now (no live mapping).
+    fn released(&mut self, handle: u64) -> bool {
+        match self.handles.get_mut(&handle) {
+            Some(e) if e.0 > 0 => {
+                e.1 = true;
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
 pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CUmemGenericAllocationHandle) -> CUresult {
     let r = unsafe { real(handle) };
     if r == CUDA_SUCCESS {
-        uncount(state::get(), &state::get().handles, handle);
+        let st = state::get();
+        if st.vmm.lock().released(handle) {
+            uncount(st, &st.handles, handle);
+        }
     }
     r
+}
+
+pub unsafe fn mem_map(
+    real: pfn::cuMemMap,
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let r = unsafe { real(ptr, size, offset, handle, flags) };
+    if r == CUDA_SUCCESS {
+        let st = state::get();
+        if st.handles.get(handle).is_some() {
+            st.vmm.lock().mapped(ptr, size as u64, handle);
+        }
+    }
+    r
+}
+
+pub unsafe fn mem_unmap(real: pfn::cuMemUnmap, ptr: CUdeviceptr, size: usize) -> CUresult {
+    let r = unsafe { real(ptr, size) };
+    if r == CUDA_SUCCESS {
+        let st = state::get();
+        let free = st.vmm.lock().unmapped(ptr, size as u64);
+        for h in free {
+            uncount(st, &st.handles, h);
+        }
+    }
+    r
+}
+
+/// A context is gone (destroyed, last primary release, reset): the driver freed everything
+/// allocated in it, so give back what we counted for it.
+pub fn context_torn_down(ctx: u64) {
+    if ctx == 0 {
+        return;
+    }
+    let st = state::get();
+    let mut bytes = 0u64;
+    for table in [&st.allocs, &st.handles] {
+        for (_, rec) in table.remove_owned_by(ctx) {
+            st.ledger.release(rec.dev, rec.kind, rec.bytes);
+            bytes = bytes.saturating_add(rec.bytes);
+        }
+    }
+    if bytes > 0 {
+        crate::debug!("context {ctx:#x} torn down: uncounted {bytes} bytes it owned");
+    }
 }
 
 // ---- arrays ----
@@ -287,7 +400,7 @@ fn array_bytes(width: usize, height: usize, depth: usize, format: CUarray_format
 
 fn count_array(st: &State, bytes: u64, what: &str, alloc: impl FnOnce() -> Result<u64, CUresult>) -> Option<CUresult> {
     let dev = current_region_dev(st)?;
-    Some(counted(st, &st.handles, dev, bytes, UsageKind::Data, what, alloc))
+    Some(counted(st, &st.handles, dev, bytes, UsageKind::Data, current_ctx(), what, alloc))
 }
 
 pub unsafe fn array_create(real: pfn::cuArrayCreate_v2, h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {

@@ -29,6 +29,10 @@ pub struct State {
     /// Primary-context retain counts per CUDA ordinal, and what each charged.
     pub primary_refs: [AtomicI32; MAX_DEVICES],
     pub primary_bytes: [AtomicU64; MAX_DEVICES],
+    /// Handle of each device's primary context (to release what dies with it).
+    pub primary_ctx: [AtomicU64; MAX_DEVICES],
+    /// Mappings of counted VMM handles (memory stays allocated until released AND unmapped).
+    pub vmm: parking_lot::Mutex<crate::memory::VmmBook>,
 }
 
 const UNINIT: u8 = 0;
@@ -95,6 +99,8 @@ fn build() -> State {
         fallback_devices: OnceLock::new(),
         primary_refs: Default::default(),
         primary_bytes: Default::default(),
+        primary_ctx: Default::default(),
+        vmm: parking_lot::Mutex::new(Default::default()),
     }
 }
 

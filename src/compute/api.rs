@@ -6,7 +6,7 @@
 
 use crate::dl::{LIBCUDA, LIBNVML, RealLib};
 use crate::ffi::*;
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
@@ -46,6 +46,8 @@ real_fns! {
     LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
     LIBCUDA fn cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
     LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
+    LIBCUDA fn cuStreamQuery(CUstream) -> CUresult;
+    LIBCUDA fn cuStreamQuery_ptsz(CUstream) -> CUresult;
     LIBCUDA fn cuEventCreate(*mut CUevent, c_uint) -> CUresult;
     LIBCUDA fn cuEventDestroy_v2(CUevent) -> CUresult;
     LIBCUDA fn cuEventRecord(CUevent, CUstream) -> CUresult;
@@ -92,6 +94,12 @@ pub fn capturing(stream: CUstream, ptsz: bool) -> bool {
         // Unknown state (bad handle: the launch will fail anyway): do not instrument.
         _ => true,
     }
+}
+
+/// Has `stream` finished all its work? (`false` when unknown.)
+pub fn stream_idle(stream: CUstream, ptsz: bool) -> bool {
+    let f = if ptsz { cuStreamQuery_ptsz().or_else(cuStreamQuery) } else { cuStreamQuery() };
+    f.is_some_and(|f| unsafe { f(stream) } == CUDA_SUCCESS)
 }
 
 pub fn event_record(ev: CUevent, stream: CUstream, ptsz: bool) -> CUresult {
@@ -220,5 +228,3 @@ pub fn nvml_process_util(h: nvmlDevice_t, last_seen_us: u64) -> Util {
     Util::Error(NVML_ERROR_INSUFFICIENT_SIZE)
 }
 
-#[allow(unused)]
-fn _types(_: c_int) {}

@@ -818,6 +818,8 @@ abi_table! {
     func   cuda cuMemFree_v2 = PFN_cuMemFree_v2;
     func   cuda cuMemCreate = PFN_cuMemCreate;
     func   cuda cuMemRelease = PFN_cuMemRelease;
+    func   cuda cuMemMap = PFN_cuMemMap;
+    func   cuda cuMemUnmap = PFN_cuMemUnmap;
     func   cuda cuMemAllocAsync = PFN_cuMemAllocAsync;
     func   cuda cuMemAllocAsync_ptsz = PFN_cuMemAllocAsync_ptsz;
     func   cuda cuMemAllocFromPoolAsync = PFN_cuMemAllocFromPoolAsync;

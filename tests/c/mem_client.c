@@ -41,12 +41,15 @@
  *   nvml_uuid IDX                        -> uuid
  *   nvml_mem IDX                         v1 and v2 memory info
  *   nvml_procs IDX VER                   VER 1/2/3 -> count procs=pid:used,...
- *   storm SEED ITERS MINB MAXB MAXHELD   random alloc/free mix; keeps what it holds at the end
+ *   storm SEED ITERS MINB MAXB MAXHELD   random cuMemAlloc_v2/Managed/AllocAsync + free mix; keeps
+ *                                        what it holds at the end -> ok oom err held nheld ...
+ *   storm_ms SEED MS MINB MAXB MAXHELD   the same for MS milliseconds of work
  *   freeall                              frees everything the storm holds
  *   exit                                 return from main (exit handlers run)
  */
 #include "cuda_min.h"
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef unsigned long long CUmemGenericAllocationHandle;
@@ -241,12 +244,21 @@ static int free_held(int i) {
     return rc;
 }
 
-static void storm(unsigned long long seed, long iters, size_t minb, size_t maxb, int maxheld) {
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+/* `iters` operations, or (iters == 0) as many as fit in `ms` milliseconds of work. */
+static void storm(unsigned long long seed, long iters, long long ms, size_t minb, size_t maxb, int maxheld) {
     rng_state = seed * 2654435761ULL + 88172645463325252ULL;
     long ok = 0, oom = 0, err = 0, frees = 0, free_err = 0;
     int last_err = 0;
+    long long end = now_ms() + ms;
     if (maxheld > 4096) maxheld = 4096;
-    for (long i = 0; i < iters; i++) {
+    if (maxb < minb) maxb = minb;
+    for (long i = 0; iters ? i < iters : (i % 64 != 0 || now_ms() < end); i++) {
         if (nheld > 0 && (nheld >= maxheld || rnd() % 2 == 0)) {
             int rc = free_held((int)(rnd() % (unsigned)nheld));
             frees++;
@@ -506,7 +518,9 @@ int main(void) {
         } else if (!strcmp(cmd, "nvml_procs")) {
             nvml_procs((unsigned)a, (int)b);
         } else if (!strcmp(cmd, "storm")) {
-            storm(a, (long)b, (size_t)c, (size_t)d, (int)e);
+            storm(a, (long)b, 0, (size_t)c, (size_t)d, (int)e);
+        } else if (!strcmp(cmd, "storm_ms")) {
+            storm(a, 0, (long long)b, (size_t)c, (size_t)d, (int)e);
         } else if (!strcmp(cmd, "freeall")) {
             int errs = 0;
             while (nheld > 0)

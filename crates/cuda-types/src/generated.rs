@@ -1315,6 +1315,17 @@ pub type PFN_cuMemCreate = ::core::option::Option<
 >;
 pub type PFN_cuMemRelease =
     ::core::option::Option<unsafe extern "C" fn(handle: CUmemGenericAllocationHandle) -> CUresult>;
+pub type PFN_cuMemMap = ::core::option::Option<
+    unsafe extern "C" fn(
+        ptr: CUdeviceptr,
+        size: usize,
+        offset: usize,
+        handle: CUmemGenericAllocationHandle,
+        flags: ::core::ffi::c_ulonglong,
+    ) -> CUresult,
+>;
+pub type PFN_cuMemUnmap =
+    ::core::option::Option<unsafe extern "C" fn(ptr: CUdeviceptr, size: usize) -> CUresult>;
 pub type PFN_cuMemAllocAsync = ::core::option::Option<
     unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult,
 >;

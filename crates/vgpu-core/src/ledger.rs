@@ -260,6 +260,8 @@ pub struct AllocRecord {
     pub dev: usize,
     pub bytes: u64,
     pub kind: UsageKind,
+    /// The context whose teardown frees this memory (0: not context-owned, e.g. VMM handles).
+    pub owner: u64,
 }
 
 /// Per-process table of counted allocations (device pointer or VMM handle → record).
@@ -305,6 +307,15 @@ impl AllocTable {
         self.map.lock().as_ref().map_or(0, |m| {
             m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(r.bytes))
         })
+    }
+
+    /// Removes and returns the records owned by `owner` (a context being destroyed: the driver
+    /// frees everything allocated in it).
+    pub fn remove_owned_by(&self, owner: u64) -> Vec<(u64, AllocRecord)> {
+        let mut g = self.map.lock();
+        let Some(m) = g.as_mut() else { return Vec::new() };
+        let keys: Vec<u64> = m.iter().filter(|(_, r)| r.owner == owner).map(|(k, _)| *k).collect();
+        keys.into_iter().filter_map(|k| m.remove(&k).map(|r| (k, r))).collect()
     }
 
     /// Removes and returns everything (e.g. at context destruction).
@@ -426,16 +437,22 @@ mod tests {
     fn alloc_table() {
         let t = AllocTable::new();
         assert!(t.is_empty());
-        let rec = AllocRecord { dev: 1, bytes: 4096, kind: UsageKind::Data };
+        let rec = AllocRecord { dev: 1, bytes: 4096, kind: UsageKind::Data, owner: 0 };
         assert_eq!(t.insert(0xdead_0000, rec), None);
-        assert_eq!(t.insert(0xbeef_0000, AllocRecord { dev: 0, bytes: 10, kind: UsageKind::Data }), None);
+        assert_eq!(t.insert(0xbeef_0000, AllocRecord { dev: 0, bytes: 10, kind: UsageKind::Data, owner: 7 }), None);
         assert_eq!(t.bytes_on(1), 4096);
         assert_eq!(t.get(0xdead_0000), Some(rec));
         assert_eq!(t.remove(0x1234), None, "unknown pointer uncounts nothing");
         assert_eq!(t.remove(0xdead_0000), Some(rec));
         assert_eq!(t.remove(0xdead_0000), None, "double free uncounts once");
-        let dup = AllocRecord { dev: 0, bytes: 20, kind: UsageKind::Data };
+        let dup = AllocRecord { dev: 0, bytes: 20, kind: UsageKind::Data, owner: 7 };
         assert_eq!(t.insert(0xbeef_0000, dup).map(|r| r.bytes), Some(10));
+        assert_eq!(t.len(), 1);
+        t.insert(0xcafe_0000, AllocRecord { dev: 0, bytes: 5, kind: UsageKind::Data, owner: 8 });
+        let owned = t.remove_owned_by(7);
+        assert_eq!(owned.len(), 1, "only the records of the destroyed context");
+        assert_eq!(owned[0].0, 0xbeef_0000);
+        assert!(t.remove_owned_by(7).is_empty());
         assert_eq!(t.len(), 1);
         assert_eq!(t.drain().len(), 1);
         assert!(t.is_empty());

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod ledger;
+pub mod limiter;
 pub mod limits;
 pub mod lock;
 pub mod region;

@@ -12,6 +12,8 @@
 //!   1 ms of wall time worth of tokens), so short kernels are admitted in small batches instead of
 //!   one sleep per launch; sleeps are capped so limit and policy changes are seen quickly.
 //! * Reconciliation (measured minus predicted cost) is charged later through [`Bucket::charge`].
+//!   A refund may lift the balance above the cap (it returns a past over-charge); refills never
+//!   add above the cap but do not take such a refund away.
 
 use super::words::Words;
 use super::PPM;
@@ -27,8 +29,6 @@ pub const MIN_CAP_NS: u64 = 1_000_000;
 pub const WAKE_QUANTUM_NS: u64 = 1_000_000;
 /// Longest single sleep of a waiting launch (limit/policy/monitor changes are seen this fast).
 pub const MAX_SLEEP_NS: u64 = 50_000_000;
-/// Debt floor, in wall time at the refill rate (guards against a wildly wrong measurement).
-pub const DEBT_FLOOR_WALL_NS: u64 = 5_000_000_000;
 /// A clock more than this far behind `last_refill_ns` is treated as a new time base.
 pub const CLOCK_JUMP_NS: u64 = 10_000_000_000;
 
@@ -66,10 +66,6 @@ impl Params {
     /// Balance a waiter waits for before retrying.
     pub fn wake_quantum(&self) -> i64 {
         self.tokens_for(WAKE_QUANTUM_NS).min(self.cap_ns / 2).max(1)
-    }
-
-    pub fn debt_floor(&self) -> i64 {
-        -(self.tokens_for(DEBT_FLOOR_WALL_NS) + 1_000_000_000)
     }
 }
 
@@ -158,7 +154,9 @@ impl<'a> Bucket<'a> {
                     let add = add.min(self.p.cap_ns as u128 * 4 + 1) as i64;
                     let nb = w.balance_ns().fetch_add(add, AcqRel) + add;
                     if nb > self.p.cap_ns {
-                        w.balance_ns().fetch_min(self.p.cap_ns, AcqRel);
+                        // Refill never lifts the balance above the cap, but does not take away
+                        // what refunds put above it either: remove only this refill's excess.
+                        w.balance_ns().fetch_sub((nb - self.p.cap_ns).min(add), AcqRel);
                     }
                     break;
                 }
@@ -187,18 +185,14 @@ impl<'a> Bucket<'a> {
             return;
         }
         let w = self.w;
-        let nb = w.balance_ns().fetch_sub(delta_ns, AcqRel) - delta_ns;
+        // No floor on the debt and no cap on refunds: a refund returns exactly a past over-charge
+        // (cost accounts, `super::cost`), so the two must stay symmetric. A refund may lift the
+        // balance above the cap (the container catches up what it was wrongly made to wait for).
+        w.balance_ns().fetch_sub(delta_ns, AcqRel);
         if delta_ns > 0 {
             w.charged_ns().fetch_add(delta_ns as u64, Relaxed);
-            let floor = self.p.debt_floor();
-            if nb < floor {
-                w.balance_ns().fetch_max(floor, AcqRel);
-            }
         } else {
             let _ = w.charged_ns().fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub((-delta_ns) as u64)));
-            if nb > self.p.cap_ns {
-                w.balance_ns().fetch_min(self.p.cap_ns, AcqRel);
-            }
         }
     }
 
@@ -267,12 +261,18 @@ mod tests {
         // After repaying the debt it admits again.
         let t1 = t0 + 10_000 * MS + 151 * MS;
         assert_eq!(b.try_admit(t1, 1), Admission::Admitted);
-        // Refunds do not exceed the cap.
-        b.charge(-1_000 * MS as i64);
+        // A refund may exceed the cap, and a refill does not take it away (nor add to it).
+        b.refill(t1 + 1_000 * MS);
         assert_eq!(b.balance(), p.cap_ns);
-        // Debt floor.
-        b.charge(i64::MAX / 4);
-        assert_eq!(b.balance(), p.debt_floor());
+        b.charge(-(10 * MS as i64));
+        assert_eq!(b.balance(), p.cap_ns + 10 * MS as i64);
+        b.refill(t1 + 2_000 * MS);
+        assert_eq!(b.balance(), p.cap_ns + 10 * MS as i64);
+        // Charges and refunds are symmetric (no floor).
+        let before = b.balance();
+        b.charge(10_000 * MS as i64);
+        b.charge(-(10_000 * MS as i64));
+        assert_eq!(b.balance(), before);
     }
 
     #[test]

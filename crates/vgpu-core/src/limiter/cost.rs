@@ -11,9 +11,14 @@
 //!   cluster; contended ones are larger and are ignored. (The outer correction loop,
 //!   [`super::correction`], removes what bias remains when NVML can measure the truth.)
 //! * A signature never measured is charged a **guess**: the per-block time of another grid of the
-//!   same function scaled to this grid, else the most recent estimate of any signature. Launches
-//!   charged a guess are counted, and when the first sample arrives the difference
-//!   (n × estimate − Σ guesses) is returned for the bucket (debt or refund): nothing is lost.
+//!   same function scaled to this grid, else the most recent estimate of any signature (both
+//!   taken from *settled* estimates only, so one inflated first sample is not propagated).
+//! * **Reconciliation by account.** Admitted launches ([`CostModel::admitted`]; a prediction that
+//!   waits records nothing) join the signature's open account. Each sample re-prices the whole
+//!   account at the new estimate and returns the difference for the bucket (debt or refund), so
+//!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected.
+//!   While the estimate is unsettled (< [`WARMUP`] samples) the account stays open from the first
+//!   launch; afterwards it closes at every sample.
 //!   While a signature with no basis for a guess has its first sample in flight, further launches of
 //!   it are asked to wait for that sample ([`Prediction::wait_for_first`]), which bounds how much
 //!   unknown work can be queued.
@@ -127,9 +132,11 @@ struct Entry {
     est: Estimator,
     pending: bool,
     last_sample_at: u64,
-    /// Launches charged a guess before the first sample, and the sum of those guesses.
-    guessed_n: u64,
-    guessed_sum: u64,
+    /// The open account: launches admitted since it opened and what they have been charged so far
+    /// (including earlier reconciliations). Every sample re-prices the account at the new
+    /// estimate; the account closes at each sample once the estimate is settled (≥ WARMUP samples).
+    acct_n: u64,
+    acct_charged: u64,
     last_use: u64,
 }
 
@@ -205,7 +212,8 @@ impl CostModel {
         }
     }
 
-    /// Prediction for a launch of `sig` at `now`; records a guessed charge when there is no estimate.
+    /// Prediction for a launch of `sig` at `now`. Nothing is recorded until the launch is
+    /// admitted ([`CostModel::admitted`]).
     pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
         if !self.map.contains_key(&sig) {
             self.evict(now);
@@ -223,25 +231,26 @@ impl CostModel {
                 };
                 Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false }
             }
-            None => {
-                let wait = e.pending && !based;
-                if !wait {
-                    e.guessed_n += 1;
-                    e.guessed_sum += guess;
-                }
-                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait }
-            }
+            None => Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: e.pending && !based },
         }
     }
 
-    /// A launch predicted with `wait_for_first` that is launched anyway (the wait timed out):
-    /// charge the guess and count it for reconciliation.
-    pub fn charge_guess(&mut self, sig: Sig) -> u64 {
-        let (guess, _) = self.guess(&sig);
+    /// A launch predicted as `p` was admitted and charged `p.cost_ns`: it joins the signature's
+    /// open account, re-priced when the next sample arrives.
+    pub fn admitted(&mut self, sig: Sig, p: &Prediction) {
         let e = self.map.entry(sig).or_default();
-        e.guessed_n += 1;
-        e.guessed_sum += guess;
-        guess
+        e.acct_n += 1;
+        e.acct_charged = e.acct_charged.saturating_add(p.cost_ns);
+    }
+
+    /// An admitted launch did not happen after all (the driver refused it): out of its account.
+    pub fn cancelled(&mut self, sig: Sig, p: &Prediction) {
+        if let Some(e) = self.map.get_mut(&sig) {
+            if e.acct_n > 0 {
+                e.acct_n -= 1;
+                e.acct_charged = e.acct_charged.saturating_sub(p.cost_ns);
+            }
+        }
     }
 
     /// The timing events of a sample for `sig` were recorded.
@@ -265,15 +274,22 @@ impl CostModel {
     }
 
     /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge the bucket
-    /// (ns; negative = refund) for launches that were charged a guess.
+    /// (ns; negative = refund): the open account re-priced at the new estimate.
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
         let e = self.map.entry(sig).or_default();
         e.pending = false;
         e.est.push(measured_ns, now);
         let est = e.est.value().unwrap_or(measured_ns);
-        let delta = (e.guessed_n as i128 * est as i128 - e.guessed_sum as i128).clamp(i64::MIN as i128 / 2, i64::MAX as i128 / 2) as i64;
-        e.guessed_n = 0;
-        e.guessed_sum = 0;
+        let target = (e.acct_n as u128 * est as u128).min(i64::MAX as u128 / 4) as u64;
+        let delta = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
+        e.acct_charged = target;
+        if e.est.count() >= WARMUP {
+            e.acct_n = 0;
+            e.acct_charged = 0;
+        }
+        if e.est.count() < WARMUP {
+            return delta;
+        }
         self.last_estimate = est;
         if sig.kind == KIND_KERNEL {
             let ps = (est as u128 * 1000 / sig.blocks() as u128) as u64;
@@ -329,12 +345,16 @@ mod tests {
         let p = m.predict(k(50), t);
         assert!(p.guessed && p.sample && !p.wait_for_first);
         assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
+        // A prediction that is not admitted (the launch waited) records nothing.
+        let _ = m.predict(k(50), t);
+        m.admitted(k(50), &p);
         m.sample_started(k(50), t);
         // While the first sample is in flight and there is no basis for a guess: wait.
         let p2 = m.predict(k(50), t + 1);
         assert!(p2.wait_for_first && !p2.sample);
+        assert_eq!(p2.cost_ns, INITIAL_GUESS_NS);
         // The wait timed out: launched with the guess.
-        assert_eq!(m.charge_guess(k(50)), INITIAL_GUESS_NS);
+        m.admitted(k(50), &p2);
         // Measured 20 ms: two launches charged 100 µs each -> 2 × 20 ms − 200 µs more debt.
         let d = m.sample_done(k(50), 20 * MS, t + 30 * MS);
         assert_eq!(d, (40 * MS - 200 * US) as i64);
@@ -346,16 +366,20 @@ mod tests {
     #[test]
     fn other_grid_of_known_function_is_scaled() {
         let mut m = CostModel::new();
-        m.predict(k(50), 0);
-        m.sample_started(k(50), 0);
-        m.sample_done(k(50), 50 * US, 100 * US);
+        for i in 0..WARMUP as u64 {
+            m.predict(k(50), i);
+            m.sample_started(k(50), i);
+            m.sample_done(k(50), 50 * US, i + 100 * US);
+        }
         let p = m.predict(k(200), MS);
         assert!(p.guessed && !p.wait_for_first);
         assert_eq!(p.cost_ns, 200 * US);
+        m.admitted(k(200), &p);
         m.sample_started(k(200), MS);
         // Second launch of k(200) while its sample is pending: no wait (there is a basis).
         let p2 = m.predict(k(200), MS + 1);
         assert!(!p2.wait_for_first && !p2.sample);
+        m.admitted(k(200), &p2);
         // Measured exactly as guessed: nothing to reconcile.
         assert_eq!(m.sample_done(k(200), 200 * US, 2 * MS), 0);
     }
@@ -393,11 +417,18 @@ mod tests {
         let g = Sig::graph(0xabc);
         let p = m.predict(g, 0);
         assert!(p.guessed && p.sample);
+        m.admitted(g, &p);
         m.sample_started(g, 0);
         assert_eq!(m.sample_done(g, 3 * MS, MS), (3 * MS - INITIAL_GUESS_NS) as i64);
         assert_eq!(m.estimate(&g), Some(3 * MS));
-        // An unknown kernel is now guessed at the latest estimate.
-        assert_eq!(m.predict(k(7), 2 * MS).cost_ns, 3 * MS);
+        // One sample is not settled: unknown kernels are still guessed at the initial guess...
+        assert_eq!(m.predict(k(7), 2 * MS).cost_ns, INITIAL_GUESS_NS);
+        for i in 1..WARMUP as u64 {
+            m.sample_started(g, i * MS);
+            m.sample_done(g, 3 * MS, i * MS + 1);
+        }
+        // ... and at the latest settled estimate once it is.
+        assert_eq!(m.predict(k(7), 9 * MS).cost_ns, 3 * MS);
     }
 
     #[test]

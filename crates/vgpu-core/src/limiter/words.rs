@@ -1,9 +1,8 @@
 //! Named access to the words of [`DeviceLimiterState`] (the per-device block of the region's
 //! private extension, shared by every process of the container).
 //!
-//! The first three words are named fields of the struct; the others live in its `reserved`
-//! array until `region.rs` names them (target/limiter-requests.txt). Everything outside this file
-//! goes through these accessors, so switching to named fields is a one-file change.
+//! `region.rs` names the fields (requested in target/limiter-requests.txt); the limiter reaches
+//! them through these accessors so the meaning of each word is documented in one place.
 //!
 //! | word | name | meaning |
 //! |---:|---|---|
@@ -36,10 +35,10 @@ pub const SENSOR_NVML: u64 = 2;
 pub struct Words<'a>(pub &'a DeviceLimiterState);
 
 macro_rules! word {
-    ($name:ident, $idx:expr) => {
+    ($name:ident) => {
         #[inline]
         pub fn $name(&self) -> &'a AtomicU64 {
-            &self.0.reserved[$idx - 3]
+            &self.0.$name
         }
     };
 }
@@ -57,17 +56,17 @@ impl<'a> Words<'a> {
     pub fn generation(&self) -> &'a AtomicU64 {
         &self.0.generation
     }
-    word!(rate_ppm, 3);
-    word!(cap_ns, 4);
-    word!(charged_ns, 5);
-    word!(throttled_ns, 6);
-    word!(throttled_launches, 7);
-    word!(blocked_ns, 8);
-    word!(share_ppm, 9);
-    word!(share_stamp_ns, 10);
-    word!(sensor, 11);
-    word!(correction_ppm, 12);
-    word!(unresolved_pids, 13);
+    word!(rate_ppm);
+    word!(cap_ns);
+    word!(charged_ns);
+    word!(throttled_ns);
+    word!(throttled_launches);
+    word!(blocked_ns);
+    word!(share_ppm);
+    word!(share_stamp_ns);
+    word!(sensor);
+    word!(correction_ppm);
+    word!(unresolved_pids);
 }
 
 /// A zeroed state, for tests and for callers without a region (process-local fallback).

@@ -1,0 +1,36 @@
+//! The compute (SM-utilisation) limiter's controller logic, free of CUDA calls so it can be
+//! unit-tested. The shim (`src/compute/`) feeds it clocks, launches, timing samples and NVML data.
+//! Design and reasoning: docs/design.md, "Compute limiter".
+//!
+//! * [`bucket`]: the container-wide token bucket of device time per device (region extension),
+//!   refilled lazily at L × wall time, admission with debt.
+//! * [`cost`]: per-signature cost prediction from sparse timing samples, reconciliation of
+//!   guessed charges.
+//! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
+//! * [`feedback`]: HAMi's `utilization_switch` / `recent_kernel` / `last_kernel_time` and the
+//!   `GPU_CORE_UTILIZATION_POLICY` rules.
+//! * [`pidmap`]: host-PID resolution without extra contexts or serialisation.
+//! * [`words`]: named access to the per-device words of the region extension.
+
+pub mod bucket;
+pub mod correction;
+pub mod cost;
+pub mod feedback;
+pub mod pidmap;
+pub mod words;
+
+#[cfg(test)]
+mod vsim;
+
+/// Parts per million.
+pub const PPM: u64 = 1_000_000;
+
+/// Refill rate for a limit in percent; `None` = unlimited (0 or ≥ 100, contract §1.3).
+pub fn limit_to_ppm(pct: u64) -> Option<u64> {
+    if pct == 0 || pct >= 100 { None } else { Some(pct * 10_000) }
+}
+
+/// Is this limit (percent) a real limit?
+pub fn is_limited(pct: u64) -> bool {
+    limit_to_ppm(pct).is_some()
+}

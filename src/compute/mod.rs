@@ -1,0 +1,352 @@
+//! The compute (SM-utilisation) limiter, shim side. Design: docs/design.md "Compute limiter";
+//! controller logic: `vgpu_core::limiter`.
+//!
+//! * [`GATE`]: the one process-local flag the launch hooks test. Clear = unthrottled fast path
+//!   (the real call, nothing else). Set = something is due ([`gate`] slow path).
+//! * [`Compute`]: per-process state, built lazily on the first slow-path launch or context
+//!   creation (never in a constructor); it starts the [`watcher`] thread.
+//! * [`gate`]: admission of one launch (feedback words, monitor block, capture check, bucket).
+//! * [`samples`]: timing-event pools per context and samples in flight.
+//! * [`watcher`]: polls samples, control words, NVML; resolves the host PID; re-arms [`GATE`].
+
+pub mod api;
+mod gate;
+mod samples;
+mod watcher;
+
+pub use gate::{after, after_multi, before, before_multi};
+
+use crate::ffi::*;
+use crate::state;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use vgpu_core::config::CorePolicy;
+use vgpu_core::limiter::correction::Correction;
+use vgpu_core::limiter::cost::CostModel;
+use vgpu_core::limiter::feedback::KernelTimeRecorder;
+use vgpu_core::limiter::pidmap::PidResolver;
+use vgpu_core::limiter::words::{self, Words};
+use vgpu_core::region::{DeviceLimiterState, MAX_DEVICES};
+use vgpu_core::regionfile::Region;
+
+/// Set: launches take the slow path. Starts set so the first launch initialises everything.
+pub static GATE: AtomicBool = AtomicBool::new(true);
+
+/// The unthrottled fast path: one relaxed load of a process-local flag.
+#[inline(always)]
+pub fn fast() -> bool {
+    !GATE.load(Ordering::Relaxed)
+}
+
+#[inline]
+pub fn arm() {
+    if !GATE.load(Ordering::Relaxed) {
+        GATE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// CLOCK_MONOTONIC ns.
+pub fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+pub fn wall_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+fn clock_ns(c: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(c, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps until CLOCK_MONOTONIC `t` (absolute; no spinning).
+pub fn sleep_until(t: u64) {
+    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
+    loop {
+        let r = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+        if r != libc::EINTR {
+            return;
+        }
+    }
+}
+
+/// What the watcher and the launch path share per device (region index).
+pub struct Dev {
+    /// Limit in percent as last read (region's `sm_limit`, else the configuration's).
+    pub limit: AtomicU64,
+    /// Limited and enforced (policy / `utilization_switch`).
+    pub enforce: AtomicBool,
+    /// This process has a context / launched on the device.
+    pub active: AtomicBool,
+    /// Process-local bucket when the region (or its extension) is unavailable.
+    local: Box<DeviceLimiterState>,
+    pub ctl: Mutex<Ctl>,
+}
+
+/// Controller state of one device in this process.
+pub struct Ctl {
+    pub model: CostModel,
+    pub corr: Correction,
+    pub pids: PidResolver,
+    /// Our host PID on this device's NVML, once resolved.
+    pub hostpid: Option<u32>,
+    /// NVML per-process utilisation: `lastSeen` to pass (wall µs) and the CLOCK_MONOTONIC it maps to.
+    pub nvml_last_us: u64,
+    pub nvml_supported: Option<bool>,
+    pub first_ctx_seen: bool,
+    /// Last `sm_util` written to our slot.
+    pub sm_util: Option<u64>,
+}
+
+pub struct Compute {
+    pub pid: i32,
+    pub policy: CorePolicy,
+    pub interval_s: u64,
+    pub region: Option<&'static Region>,
+    pub devs: Vec<Dev>,
+    pub kt: KernelTimeRecorder,
+    /// The monitor blocks us (recent_kernel < 0) and the policy honours it.
+    pub blocked: AtomicBool,
+    pub samples: Mutex<samples::Samples>,
+    pub watcher: AtomicU32,
+    pub stop: AtomicBool,
+    /// Launches that took the slow path (diagnostics).
+    pub slow_launches: AtomicU64,
+}
+
+static COMPUTE: AtomicPtr<Compute> = AtomicPtr::new(std::ptr::null_mut());
+static INIT: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// The per-process compute state, building it (and starting the watcher) on first use.
+pub fn get() -> &'static Compute {
+    let p = COMPUTE.load(Ordering::Acquire);
+    if !p.is_null() {
+        return unsafe { &*p };
+    }
+    init_slow()
+}
+
+pub fn try_get() -> Option<&'static Compute> {
+    let p = COMPUTE.load(Ordering::Acquire);
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+#[cold]
+fn init_slow() -> &'static Compute {
+    let _g = INIT.lock();
+    let p = COMPUTE.load(Ordering::Acquire);
+    if !p.is_null() {
+        return unsafe { &*p };
+    }
+    let st = state::get();
+    let c = Compute {
+        pid: st.pid,
+        policy: st.config.core_policy,
+        interval_s: st.config.record_kernel_interval.max(1),
+        region: st.region,
+        devs: (0..MAX_DEVICES)
+            .map(|d| Dev {
+                limit: AtomicU64::new(st.config.sm_limit[d]),
+                enforce: AtomicBool::new(false),
+                active: AtomicBool::new(false),
+                local: words::new_state(),
+                ctl: Mutex::new(Ctl {
+                    model: CostModel::new(),
+                    corr: Correction::new(),
+                    pids: PidResolver::new(),
+                    hostpid: None,
+                    nvml_last_us: 0,
+                    nvml_supported: None,
+                    first_ctx_seen: false,
+                    sm_util: None,
+                }),
+            })
+            .collect(),
+        kt: KernelTimeRecorder::new(),
+        blocked: AtomicBool::new(false),
+        samples: Mutex::new(samples::Samples::default()),
+        watcher: AtomicU32::new(0),
+        stop: AtomicBool::new(false),
+        slow_launches: AtomicU64::new(0),
+    };
+    let c: &'static Compute = Box::leak(Box::new(c));
+    c.refresh_control();
+    COMPUTE.store(c as *const Compute as *mut Compute, Ordering::Release);
+    watcher::start(c);
+    crate::debug!(
+        "compute: policy {:?}, limits {:?}, region {}",
+        c.policy,
+        (0..4).map(|d| c.devs[d].limit.load(Ordering::Relaxed)).collect::<Vec<_>>(),
+        c.region.is_some()
+    );
+    c
+}
+
+impl Compute {
+    /// The shared bucket state of region device `d` (process-local without a region extension).
+    pub fn bucket_state(&self, d: usize) -> &DeviceLimiterState {
+        match self.region.and_then(|r| r.ext()) {
+            Some(ext) => &ext.limiter[d],
+            None => &self.devs[d].local,
+        }
+    }
+
+    pub fn words(&self, d: usize) -> Words<'_> {
+        Words(self.bucket_state(d))
+    }
+
+    /// Current SM limit of region device `d`: the region's (authoritative once created), else the
+    /// configuration's.
+    fn read_limit(&self, d: usize) -> u64 {
+        match self.region {
+            Some(r) => r.sm_limit(d),
+            None => state::get().config.sm_limit[d],
+        }
+    }
+
+    /// Re-reads limits, policy switch and the monitor's block; arms the gate if anything is due.
+    pub fn refresh_control(&self) {
+        use vgpu_core::limiter::feedback;
+        let switch = self.region.map_or(1, |r| r.shared().utilization_switch.load(Ordering::Acquire));
+        let mut any = false;
+        for (d, dev) in self.devs.iter().enumerate() {
+            let lim = self.read_limit(d);
+            dev.limit.store(lim, Ordering::Relaxed);
+            let e = feedback::enforce(self.policy, switch, vgpu_core::limiter::is_limited(lim));
+            dev.enforce.store(e, Ordering::Relaxed);
+            any |= e;
+        }
+        let mut due = false;
+        if let Some(r) = self.region {
+            let rk = &r.shared().recent_kernel;
+            let blocked = feedback::honours_blocking(self.policy) && feedback::blocked(rk);
+            self.blocked.store(blocked, Ordering::Relaxed);
+            due = blocked || feedback::needs_mark(rk) || self.kt.due(now_unix_s());
+        }
+        if any || due {
+            arm();
+        }
+    }
+
+    /// What the slow path leaves armed after a launch.
+    fn gate_needed(&self) -> bool {
+        use vgpu_core::limiter::feedback;
+        if self.devs.iter().any(|d| d.enforce.load(Ordering::Relaxed)) || self.blocked.load(Ordering::Relaxed) {
+            return true;
+        }
+        match self.region {
+            Some(r) => feedback::needs_mark(&r.shared().recent_kernel) || self.kt.due(now_unix_s()),
+            None => false,
+        }
+    }
+
+    /// Region index of a CUDA ordinal.
+    pub fn region_index(&self, ordinal: CUdevice) -> usize {
+        state::get().region_index(ordinal).min(MAX_DEVICES - 1)
+    }
+}
+
+pub fn now_unix_s() -> u64 {
+    wall_ns() / 1_000_000_000
+}
+
+// ---- hooks called by the rest of the shim (context.rs, lib.rs) ----------------------------
+// (`allow(dead_code)`: they are wired by their callers' owners; see target/compute-requests.txt.)
+
+/// NVML snapshot taken before the application's first context on a device (host-PID diff).
+#[allow(dead_code)]
+pub struct CtxSnapshot {
+    d: usize,
+    before: Vec<u32>,
+}
+
+/// Before a real context creation on CUDA ordinal `dev`. Cheap after the first per device.
+#[allow(dead_code)]
+pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
+    crate::guard::ffi("compute::ctx_creating", None, || {
+        let c = get();
+        let d = c.region_index(dev);
+        if c.devs[d].ctl.lock().first_ctx_seen {
+            return None;
+        }
+        let h = api::nvml_handle(d)?;
+        let before = api::nvml_processes(h)?.into_iter().map(|(p, _)| p).collect();
+        Some(CtxSnapshot { d, before })
+    })
+}
+
+/// After it, with the driver's result. When the diff names our host PID unambiguously it is
+/// claimed at once (so the memory side's context charge, which asks NVML about our PID, finds it);
+/// otherwise the watcher keeps resolving.
+#[allow(dead_code)]
+pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
+    crate::guard::ffi("compute::ctx_created", (), || {
+        if r != CUDA_SUCCESS {
+            return;
+        }
+        let c = get();
+        let d = snap.as_ref().map_or_else(|| c.region_index(dev), |s| s.d);
+        c.devs[d].active.store(true, Ordering::Relaxed);
+        let after: Option<Vec<u32>> =
+            snap.as_ref().and_then(|_| api::nvml_handle(d)).and_then(api::nvml_processes).map(|v| v.into_iter().map(|(p, _)| p).collect());
+        let mut ctl = c.devs[d].ctl.lock();
+        if ctl.first_ctx_seen {
+            return;
+        }
+        ctl.first_ctx_seen = true;
+        if let (Some(s), Some(a)) = (snap, after) {
+            ctl.pids.set_before(s.before);
+            ctl.pids.set_after(a.clone());
+            let claimed = watcher::claimed_by_others(c, None);
+            let view = vgpu_core::limiter::pidmap::View { present: &a, claimed: &claimed, my_pid: c.pid as u32 };
+            if let Some((hp, how)) = ctl.pids.step(&view) {
+                if how == vgpu_core::limiter::pidmap::How::Unique {
+                    ctl.hostpid = Some(hp);
+                    drop(ctl);
+                    watcher::claim(c, d, hp);
+                    return;
+                }
+            }
+        }
+        drop(ctl);
+        watcher::kick();
+    })
+}
+
+/// A context was destroyed: forget its timing events (they died with it).
+#[allow(dead_code)]
+pub fn ctx_destroyed(ctx: CUcontext) {
+    if let Some(c) = try_get() {
+        c.samples.lock().forget_ctx(c, ctx as usize);
+    }
+}
+
+/// Every context of CUDA ordinal `dev` may be gone (primary reset or last release).
+#[allow(dead_code)]
+pub fn device_ctx_gone(dev: CUdevice) {
+    if let Some(c) = try_get() {
+        c.samples.lock().forget_ordinal(c, dev);
+    }
+}
+
+/// In a forked child: the parent's contexts, events and watcher do not exist here.
+#[allow(dead_code)]
+pub fn fork_child() {
+    let p = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let _ = p; // leaked: the parent's copy, unusable here
+    unsafe { INIT.force_unlock_if_locked() };
+    GATE.store(true, Ordering::Relaxed);
+}
+
+trait ForceUnlock {
+    unsafe fn force_unlock_if_locked(&self);
+}
+
+impl ForceUnlock for parking_lot::Mutex<()> {
+    unsafe fn force_unlock_if_locked(&self) {
+        if self.is_locked() {
+            unsafe { self.force_unlock() };
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The per-process watcher thread: polls timing samples (every 1 ms while some are in flight),
+//! re-reads the control words (every 20 ms: limits, `utilization_switch`, `recent_kernel`,
+//! `last_kernel_time` due) and re-arms the launch gate, and every 250 ms per active device reads
+//! NVML: resolves our host PID, feeds the outer correction loop, writes our slot's `sm_util` and
+//! the container's measured share. It runs in RELAXED capture mode and never holds a lock across a
+//! driver call that the launch path needs.
+
+use super::{Compute, api, mono_ns, samples, wall_ns};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use vgpu_core::limiter::PPM;
+use vgpu_core::limiter::pidmap::View;
+use vgpu_core::limiter::words::{SENSOR_NVML, SENSOR_SELF};
+use vgpu_core::region::MAX_DEVICES;
+
+const SAMPLE_POLL: Duration = Duration::from_millis(1);
+const IDLE_POLL: Duration = Duration::from_millis(20);
+const CONTROL_EVERY_NS: u64 = 20_000_000;
+const NVML_EVERY_NS: u64 = 250_000_000;
+
+static KICK: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// Wake the watcher now (a sample was started, a context created).
+pub fn kick() {
+    let mut k = KICK.0.lock();
+    *k = true;
+    KICK.1.notify_one();
+}
+
+pub fn start(c: &'static Compute) {
+    if c.watcher.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
+    let r = std::thread::Builder::new().name("vgpu-compute".into()).spawn(move || {
+        crate::guard::ffi("compute watcher", (), || run(c));
+    });
+    if let Err(e) = r {
+        crate::error!("compute: cannot start the watcher thread ({e}); limits still apply, samples and NVML feedback are off");
+        c.watcher.store(0, Ordering::Release);
+    }
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(on_exit);
+    });
+}
+
+extern "C" fn on_exit() {
+    if let Some(c) = super::try_get() {
+        c.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Per-device NVML bookkeeping of the watcher.
+#[derive(Default, Clone, Copy)]
+struct NvmlDev {
+    handle: usize,
+    tried: bool,
+    next: u64,
+    last_charged: u64,
+    last_charged_at: u64,
+}
+
+fn run(c: &'static Compute) {
+    api::relax_capture_mode();
+    let mut next_ctl = 0u64;
+    let mut nv = [NvmlDev::default(); MAX_DEVICES];
+    loop {
+        if c.stop.load(Ordering::Acquire) || !std::ptr::eq(super::try_get().map_or(std::ptr::null(), |p| p as *const _), c) {
+            return;
+        }
+        let pending = samples::poll(c);
+        let now = mono_ns();
+        if now >= next_ctl {
+            c.refresh_control();
+            next_ctl = now + CONTROL_EVERY_NS;
+        }
+        for d in 0..MAX_DEVICES {
+            if c.devs[d].active.load(Ordering::Relaxed) && now >= nv[d].next {
+                nv[d].next = now + NVML_EVERY_NS;
+                nvml_tick(c, d, &mut nv[d], now);
+            }
+        }
+        let mut k = KICK.0.lock();
+        if !*k {
+            KICK.1.wait_for(&mut k, if pending { SAMPLE_POLL } else { IDLE_POLL });
+        }
+        *k = false;
+    }
+}
+
+fn wall_us_to_mono(us: u64) -> u64 {
+    let off = wall_ns() as i128 - mono_ns() as i128;
+    (us as i128 * 1000 - off).max(0) as u64
+}
+
+/// Host PIDs claimed by other live slots of the region. A slot with a lower index that claims
+/// the same PID as we do wins it (so two claimants never both yield).
+pub(super) fn claimed_by_others(c: &Compute, mine: Option<u32>) -> Vec<u32> {
+    let Some(r) = c.region else { return Vec::new() };
+    let sh = r.shared();
+    let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
+    let my_idx = (0..n).find(|&k| sh.procs[k].pid.load(Ordering::Relaxed) == c.pid);
+    let mut v = Vec::new();
+    for k in 0..n {
+        let s = &sh.procs[k];
+        let pid = s.pid.load(Ordering::Relaxed);
+        if pid == c.pid || pid == 0 || s.status.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let h = s.hostpid.load(Ordering::Relaxed);
+        if h <= 0 {
+            continue;
+        }
+        let h = h as u32;
+        if Some(h) == mine && my_idx.is_some_and(|m| m < k) {
+            continue; // we keep it
+        }
+        v.push(h);
+    }
+    v
+}
+
+/// Host PIDs of the container's live slots (ours included once resolved).
+fn container_hostpids(c: &Compute) -> Vec<u32> {
+    let Some(r) = c.region else { return Vec::new() };
+    let sh = r.shared();
+    let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
+    (0..n)
+        .filter(|&k| sh.procs[k].status.load(Ordering::Relaxed) != 0)
+        .map(|k| sh.procs[k].hostpid.load(Ordering::Relaxed))
+        .filter(|&h| h > 0)
+        .map(|h| h as u32)
+        .collect()
+}
+
+/// Records our host PID in our slot (other processes then eliminate it).
+pub(super) fn claim(c: &Compute, d: usize, hp: u32) {
+    if let Some(r) = c.region {
+        if let Err(e) = vgpu_core::slots::set_hostpid(r, c.pid, hp as i32) {
+            crate::debug!("compute: cannot record host pid {hp}: {e}");
+        }
+    }
+    crate::debug!("compute: device {d}: host pid {hp}");
+}
+
+fn write_sm_util(c: &Compute, d: usize, v: u64, last: &mut Option<u64>) {
+    if *last == Some(v) {
+        return;
+    }
+    let Some(r) = c.region else { return };
+    let Some(k) = vgpu_core::slots::find_slot(r, c.pid) else { return };
+    r.shared().procs[k].device_util[d].sm_util.store(v, Ordering::Relaxed);
+    *last = Some(v);
+}
+
+fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
+    let w = c.words(d);
+    if !nv.tried {
+        nv.tried = true;
+        nv.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
+    }
+    // Self-measured container share (all processes' charges), the fallback sensor.
+    let charged = w.charged_ns().load(Ordering::Relaxed);
+    let self_share = if nv.last_charged_at != 0 && now > nv.last_charged_at {
+        Some((charged.saturating_sub(nv.last_charged) as u128 * PPM as u128 / (now - nv.last_charged_at) as u128) as u64)
+    } else {
+        None
+    };
+    nv.last_charged = charged;
+    nv.last_charged_at = now;
+    let fallback = |ctl: &mut super::Ctl| {
+        if let Some(s) = self_share {
+            w.share_ppm().store(s.min(PPM), Ordering::Relaxed);
+            w.share_stamp_ns().store(now, Ordering::Relaxed);
+        }
+        w.sensor().store(SENSOR_SELF, Ordering::Relaxed);
+        // Our own share from our charges over the last second.
+        let mine = ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now) as f64 * ctl.corr.k() / 1e7;
+        let mut last = ctl.sm_util;
+        write_sm_util(c, d, mine.round().clamp(0.0, 100.0) as u64, &mut last);
+        ctl.sm_util = last;
+    };
+    if nv.handle == 0 {
+        fallback(&mut c.devs[d].ctl.lock());
+        return;
+    }
+    let h = nv.handle as crate::ffi::nvmlDevice_t;
+
+    // 1. Host PID.
+    let present: Option<Vec<u32>> = api::nvml_processes(h).map(|v| v.into_iter().map(|(p, _)| p).collect());
+    let mut ctl = c.devs[d].ctl.lock();
+    if let Some(present) = &present {
+        let claimed = claimed_by_others(c, ctl.hostpid);
+        let view = View { present, claimed: &claimed, my_pid: c.pid as u32 };
+        let got = ctl.pids.step(&view).map(|(h, _)| h);
+        if got != ctl.hostpid {
+            if let Some(hp) = got {
+                claim(c, d, hp);
+                crate::debug!("compute: device {d}: resolved {:?}", ctl.pids.resolved());
+            }
+            ctl.corr.reset();
+            ctl.hostpid = got;
+        }
+    }
+    if let Some(r) = c.region {
+        let sh = r.shared();
+        let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
+        let unresolved = (0..n).filter(|&k| sh.procs[k].status.load(Ordering::Relaxed) != 0 && sh.procs[k].hostpid.load(Ordering::Relaxed) <= 0).count();
+        w.unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
+    }
+
+    // 2. Per-process utilisation since the last answer.
+    if ctl.nvml_supported == Some(false) {
+        fallback(&mut ctl);
+        return;
+    }
+    let now_us = wall_ns() / 1000;
+    if ctl.nvml_last_us == 0 {
+        ctl.nvml_last_us = now_us;
+        return;
+    }
+    let from_us = ctl.nvml_last_us;
+    let (per_pid, span_end_us) = match api::nvml_process_util(h, from_us) {
+        api::Util::Samples(v) => {
+            // Distinct time stamps delimit the periods the answer covers (one in the simulator,
+            // one per driver sample period on hardware); each sample weighs its own period.
+            let mut ts: Vec<u64> = v.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
+            ts.sort_unstable();
+            ts.dedup();
+            let Some(&end) = ts.last() else { return };
+            let mut busy: Vec<(u32, u64)> = Vec::new();
+            for &(pid, t, u) in &v {
+                if t <= from_us {
+                    continue;
+                }
+                let i = ts.binary_search(&t).unwrap_or(0);
+                let start = if i == 0 { from_us } else { ts[i - 1] };
+                let b = (t - start) * u.min(100) as u64 / 100;
+                match busy.iter_mut().find(|x| x.0 == pid) {
+                    Some(x) => x.1 += b,
+                    None => busy.push((pid, b)),
+                }
+            }
+            (busy, end)
+        }
+        api::Util::NoneBusy => (Vec::new(), now_us),
+        api::Util::NotSupported => {
+            if ctl.nvml_supported != Some(false) {
+                crate::warn!("compute: NVML per-process utilisation not supported on device {d}: the SM limit is enforced from self-measured time only");
+            }
+            ctl.nvml_supported = Some(false);
+            ctl.corr.reset();
+            w.correction_ppm().store(PPM, Ordering::Relaxed);
+            fallback(&mut ctl);
+            return;
+        }
+        api::Util::Error(e) => {
+            crate::debug!("compute: nvmlDeviceGetProcessUtilization: error {e}");
+            return;
+        }
+    };
+    ctl.nvml_supported = Some(true);
+    ctl.nvml_last_us = span_end_us;
+    let span_us = span_end_us.saturating_sub(from_us).max(1);
+    let pct = |b: u64| -> u32 { ((b as u128 * 100 + span_us as u128 / 2) / span_us as u128).min(100) as u32 };
+    let util: Vec<(u32, u32)> = per_pid.iter().map(|&(p, b)| (p, pct(b))).collect();
+    let (start, end) = (wall_us_to_mono(from_us), wall_us_to_mono(span_end_us));
+
+    // Evidence for the host-PID resolver.
+    if let Some(present) = &present {
+        let claimed = claimed_by_others(c, ctl.hostpid);
+        let view = View { present, claimed: &claimed, my_pid: c.pid as u32 };
+        let mine = ctl.corr.self_busy(start, end);
+        let busy = if end > start { Some(mine as f64 / (end - start) as f64) } else { None };
+        ctl.pids.observe(&view, busy, mine > 0, &util);
+    }
+
+    // Outer loop, our sm_util, the container's share.
+    if let Some(hp) = ctl.hostpid {
+        let my_busy_ns = per_pid.iter().find(|x| x.0 == hp).map_or(0, |x| x.1) * 1000;
+        let my_pct = pct(my_busy_ns / 1000);
+        // Exact busy ns for the correction (not the rounded percent).
+        let u = ((my_busy_ns as u128 * 100 + (end - start).max(1) as u128 / 2) / (end - start).max(1) as u128) as u32;
+        ctl.corr.observe(start, end, u);
+        if let Some(k) = ctl.corr.update(now) {
+            crate::debug!("compute: device {d}: correction k = {k:.3} (ratio {:?})", ctl.corr.last_ratio());
+        }
+        w.correction_ppm().store(ctl.corr.k_ppm(), Ordering::Relaxed);
+        let mut last = ctl.sm_util;
+        write_sm_util(c, d, my_pct as u64, &mut last);
+        ctl.sm_util = last;
+    }
+    drop(ctl);
+    let ours = container_hostpids(c);
+    let share: u64 = per_pid.iter().filter(|(p, _)| ours.contains(p)).map(|&(_, b)| b).sum();
+    w.share_ppm().store((share as u128 * PPM as u128 / span_us as u128).min(PPM as u128) as u64, Ordering::Relaxed);
+    w.share_stamp_ns().store(now, Ordering::Relaxed);
+    w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
+}
