@@ -233,6 +233,12 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
             args: vec!["-ldl".into()],
         },
         CJob {
+            out: "fork_client",
+            sources: &["fork_client.c"],
+            deps: vec![],
+            args: vec!["-ldl".into()],
+        },
+        CJob {
             out: "dlclose_reopen",
             sources: &["dlclose_reopen.c"],
             deps: vec![header.clone()],

@@ -1,0 +1,23 @@
+//! fork: a child gets its own slot, owns none of the parent's usage, and gives its slot back at
+//! exit; the parent's accounting is untouched (hami-contract.md §3.9, rust-shim-notes §12).
+
+mod common;
+use common::*;
+
+#[test]
+fn forked_child_takes_its_own_slot_and_gives_it_back() {
+    let sb = Sandbox::new("fork");
+    let out = sb.run(artifacts().bin("fork_client")).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", "1g").go();
+    out.ok();
+    let n = |k: &str| out.val(k).parse::<i64>().unwrap_or_else(|_| panic!("{k}: {}", out.dump()));
+    assert_eq!(n("parent_proc_num"), 1, "{}", out.dump());
+    let parent_used = n("parent_used_before");
+    assert!(parent_used >= 64 << 20, "parent's 64 MiB counted: {}", out.dump());
+    assert_eq!(n("child_proc_num"), 2, "the child took a slot of its own: {}", out.dump());
+    assert_eq!(n("child_own_used"), 0, "the child owns none of the parent's memory: {}", out.dump());
+    assert_eq!(n("child_sees_parent_used"), parent_used, "parent's slot untouched by the child: {}", out.dump());
+    assert_eq!(n("child_nvml_used"), parent_used, "the child's NVML view is the container's usage: {}", out.dump());
+    assert_eq!(n("child_exit"), 0);
+    assert_eq!(n("after_proc_num"), 1, "the child's slot was given back at exit: {}", out.dump());
+    assert_eq!(n("parent_used_after"), parent_used, "{}", out.dump());
+}
