@@ -24,4 +24,10 @@ trap 'rm -f "$state" "$counts"' EXIT
 VGPU_SIM_STATE=$state VGPU_SIM_COUNT_FILE=$counts LD_LIBRARY_PATH=$lib "$lib/smoke"
 grep -q " cuLaunchKernel " "$counts" && grep -q " cuGetProcAddress_v2 " "$counts" || { echo "count file incomplete"; cat "$counts"; exit 1; }
 VGPU_SIM_STATE=$state "$out/simctl" devices
+# CUDA_VISIBLE_DEVICES on a 2-device node: `smoke visible <physical device of each CUDA ordinal>`.
+state2=$(mktemp -u /tmp/vgpu-sim-smoke2.XXXXXX)
+trap 'rm -f "$state" "$state2" "$counts"' EXIT
+for cvd in "1,0:1,0" "1:1" "0,1:0,1" "GPU-00000000-0000-4000-8000-000000000001,bogus,0:1" "GPU-00000000:" "0,0:0" ":"; do
+    VGPU_SIM_STATE=$state2 VGPU_SIM_DEVICES=2 CUDA_VISIBLE_DEVICES=${cvd%%:*} LD_LIBRARY_PATH=$lib "$lib/smoke" visible "${cvd#*:}"
+done
 echo "smoke OK"

@@ -125,6 +125,102 @@ static unsigned long long nvml_proc_used(nvmlDevice_t d, unsigned pid, unsigned 
     return 0;
 }
 
+/* ---- CUDA_VISIBLE_DEVICES: `smoke visible <physical list>` checks that CUDA ordinal i is physical
+ * (NVML) device list[i], in and out of every device-taking entry point; NVML ignores the variable. */
+static void uuid_str(const unsigned char *u, char *s) {
+    sprintf(s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4],
+            u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static int visible_test(const char *list) {
+    int phys[8], nvis = 0;
+    for (const char *p = list; *p; p++)
+        if (*p >= '0' && *p <= '9') phys[nvis++] = *p - '0';
+    CHECK(NV(nvmlInit_v2, void)() == 0, "nvmlInit");
+    unsigned nnv = 0;
+    CHECK(NV(nvmlDeviceGetCount_v2, unsigned *)(&nnv) == 0 && nnv == 2, "NVML ignores CUDA_VISIBLE_DEVICES: %u", nnv);
+    if (nvis == 0) {
+        int n = -1;
+        CHECK(CU(cuInit, unsigned)(0) == 100, "no visible device -> CUDA_ERROR_NO_DEVICE");
+        CHECK(CU(cuDeviceGetCount, int *)(&n) == 3, "count without init");
+        goto done;
+    }
+    CHECK(CU(cuInit, unsigned)(0) == 0, "cuInit");
+    int n = -1, dev = -1, v = 0;
+    CHECK(CU(cuDeviceGetCount, int *)(&n) == 0 && n == nvis, "count %d, expected %d", n, nvis);
+    CHECK(CU(cuDeviceGet, int *, int)(&dev, nvis) == 101, "ordinal %d invalid", nvis);
+    CHECK(CU(cuDeviceGetAttribute, int *, int, int)(&v, 16, nvis) == 101, "attribute of ordinal %d", nvis);
+    unsigned me = getpid(), np;
+    for (int o = 0; o < nvis; o++) {
+        nvmlDevice_t nd;
+        CHECK(NV(nvmlDeviceGetHandleByIndex_v2, unsigned, nvmlDevice_t *)(phys[o], &nd) == 0, "nvml handle %d", phys[o]);
+        char nuuid[96], cuuid[96], bus[32];
+        unsigned char u[16];
+        NV(nvmlDeviceGetUUID, nvmlDevice_t, char *, unsigned)(nd, nuuid, sizeof nuuid);
+        CHECK(CU(cuDeviceGet, int *, int)(&dev, o) == 0 && dev == o, "cuDeviceGet %d -> %d", o, dev);
+        CHECK(CU(cuDeviceGetUuid, void *, int)(u, o) == 0, "uuid v1");
+        uuid_str(u, cuuid);
+        CHECK(!strcasecmp(cuuid, nuuid), "ordinal %d uuid v1 %s, NVML %d %s", o, cuuid, phys[o], nuuid);
+        CHECK(CU(cuDeviceGetUuid_v2, void *, int)(u, o) == 0, "uuid v2");
+        uuid_str(u, cuuid);
+        CHECK(!strcasecmp(cuuid, nuuid), "ordinal %d uuid v2 %s, NVML %d %s", o, cuuid, phys[o], nuuid);
+        nvmlPciInfo_t pci;
+        NV(nvmlDeviceGetPciInfo_v3, nvmlDevice_t, nvmlPciInfo_t *)(nd, &pci);
+        CHECK(CU(cuDeviceGetPCIBusId, char *, int, int)(bus, sizeof bus, o) == 0 && !strcasecmp(bus, pci.legacy),
+              "ordinal %d bus %s, NVML %s", o, bus, pci.legacy);
+        CHECK(CU(cuDeviceGetAttribute, int *, int, int)(&v, 33, o) == 0 && (unsigned)v == pci.bus, "PCI_BUS_ID attr %d", v);
+        CHECK(CU(cuDeviceGetByPCIBusId, int *, const char *)(&dev, bus) == 0 && dev == o, "by bus id %s -> %d", bus, dev);
+        nvmlMemory_t mem;
+        size_t tot = 0;
+        NV(nvmlDeviceGetMemoryInfo, nvmlDevice_t, nvmlMemory_t *)(nd, &mem);
+        CHECK(CU(cuDeviceTotalMem_v2, size_t *, int)(&tot, o) == 0 && tot == mem.total, "total %zu vs %llu", tot, mem.total);
+
+        CUcontext ctx;
+        CHECK(CU(cuDevicePrimaryCtxRetain, CUcontext *, int)(&ctx, o) == 0, "retain %d", o);
+        CHECK(CU(cuCtxSetCurrent, CUcontext)(ctx) == 0, "set current");
+        CHECK(CU(cuCtxGetDevice, int *)(&dev) == 0 && dev == o, "cuCtxGetDevice %d, expected %d", dev, o);
+        unsigned long long base = nvml_proc_used(nd, me, &np);
+        CHECK(base == 256ull << 20, "context on ordinal %d charged to NVML %d: %llu", o, phys[o], base);
+        CUdeviceptr a = 0;
+        CHECK(CU(cuMemAlloc_v2, CUdeviceptr *, size_t)(&a, 10 << 20) == 0, "alloc");
+        CHECK(nvml_proc_used(nd, me, &np) == base + (10 << 20), "alloc on ordinal %d shows on NVML %d", o, phys[o]);
+        CHECK(CU(cuPointerGetAttribute, void *, int, CUdeviceptr)(&dev, 9, a) == 0 && dev == o, "pointer ordinal %d", dev);
+        CU(cuMemFree_v2, CUdeviceptr)(a);
+        CUmemoryPool pool;
+        CHECK(CU(cuDeviceGetDefaultMemPool, CUmemoryPool *, int)(&pool, o) == 0, "default pool");
+        CHECK(CU(cuMemAllocFromPoolAsync, CUdeviceptr *, size_t, CUmemoryPool, CUstream)(&a, 2 << 20, pool, NULL) == 0, "pool alloc");
+        CHECK(nvml_proc_used(nd, me, &np) == base + (2 << 20), "default pool of ordinal %d on NVML %d", o, phys[o]);
+        CU(cuMemFreeAsync, CUdeviceptr, CUstream)(a, NULL);
+        CU(cuStreamSynchronize, CUstream)(NULL);
+        struct { int atype, htypes, ltype, lid; void *w; size_t max; unsigned short usage; unsigned char r[54]; } pp = {1, 0, 1, o};
+        CHECK(CU(cuMemPoolCreate, CUmemoryPool *, void *)(&pool, &pp) == 0, "pool create at ordinal %d", o);
+        CHECK(CU(cuMemAllocFromPoolAsync, CUdeviceptr *, size_t, CUmemoryPool, CUstream)(&a, 2 << 20, pool, NULL) == 0, "pool alloc");
+        CHECK(nvml_proc_used(nd, me, &np) == base + (2 << 20), "created pool of ordinal %d on NVML %d", o, phys[o]);
+        CU(cuMemFreeAsync, CUdeviceptr, CUstream)(a, NULL);
+        CU(cuStreamSynchronize, CUstream)(NULL);
+        CHECK(CU(cuMemPoolDestroy, CUmemoryPool)(pool) == 0, "pool destroy");
+        struct { int type, htypes, ltype, lid; void *w; unsigned char c, g; unsigned short u; unsigned char r[4]; } prop = {1, 0, 1, o};
+        size_t gran = 0;
+        CHECK(CU(cuMemGetAllocationGranularity, size_t *, void *, int)(&gran, &prop, 0) == 0, "granularity %d", o);
+        unsigned long long vh;
+        CHECK(CU(cuMemCreate, unsigned long long *, size_t, void *, unsigned long long)(&vh, 4 << 20, &prop, 0) == 0, "cuMemCreate");
+        CHECK(nvml_proc_used(nd, me, &np) == base + (4 << 20), "cuMemCreate at ordinal %d on NVML %d", o, phys[o]);
+        CU(cuMemRelease, unsigned long long)(vh);
+        prop.lid = nvis;
+        CHECK(CU(cuMemGetAllocationGranularity, size_t *, void *, int)(&gran, &prop, 0) != 0, "granularity, id %d", nvis);
+        CHECK(CU(cuDevicePrimaryCtxRelease_v2, int)(o) == 0, "release");
+        CHECK(nvml_proc_used(nd, me, &np) == 0, "all released on NVML %d", phys[o]);
+        /* a created context too */
+        CHECK(CU(cuCtxCreate_v2, CUcontext *, unsigned, int)(&ctx, 0, o) == 0, "cuCtxCreate");
+        CHECK(CU(cuCtxGetDevice, int *)(&dev) == 0 && dev == o, "cuCtxGetDevice (created) %d", dev);
+        CHECK(nvml_proc_used(nd, me, &np) == 256ull << 20, "created context on NVML %d", phys[o]);
+        CHECK(CU(cuCtxDestroy_v2, CUcontext)(ctx) == 0, "destroy");
+    }
+done:
+    printf("CUDA_VISIBLE_DEVICES=%s: %s: %d failure(s)\n", getenv("CUDA_VISIBLE_DEVICES"), failures ? "FAILED" : "OK", failures);
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
     cu = dlopen("libcuda.so.1", RTLD_NOW);
     nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
@@ -133,6 +229,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (argc >= 5 && !strcmp(argv[1], "child")) return child(argv[2], atoi(argv[3]), atoi(argv[4]));
+    if (argc >= 3 && !strcmp(argv[1], "visible")) return visible_test(argv[2]);
 
     typedef CUresult (*gpa2_t)(const char *, void **, int, unsigned long long, int *);
     typedef CUresult (*gpa1_t)(const char *, void **, int, unsigned long long);

@@ -37,12 +37,13 @@ fn primary_dev(h: u64) -> Option<usize> {
     None
 }
 
+/// Validate CUDA ordinal `dev` and map it to its physical device index (`CUDA_VISIBLE_DEVICES`).
 pub(crate) fn check_dev(dev: CUdevice) -> Result<usize, CUresult> {
     check_init()?;
-    if dev < 0 || dev as usize >= state().device_count() {
+    if dev < 0 {
         return Err(CUDA_ERROR_INVALID_DEVICE);
     }
-    Ok(dev as usize)
+    crate::visible().get(dev as usize).copied().ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 
 /// The context for handle `h`, creating the (inactive) primary context record on first sight.
@@ -265,7 +266,7 @@ pub(crate) fn get_device(dev: *mut CUdevice) -> CUresult {
         crate::nonnull(dev)?;
         let mut sim = sim::lock();
         let (_, d) = current(&mut sim)?;
-        unsafe { out(dev, d as CUdevice) }
+        unsafe { out(dev, crate::ordinal_of(d) as CUdevice) }
     })
 }
 

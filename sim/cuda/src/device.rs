@@ -41,15 +41,15 @@ pub(crate) fn get_error_name(e: CUresult, p: *mut *const c_char, descr: bool) ->
 pub(crate) fn device_get_count(n: *mut i32) -> CUresult {
     cu_try!({
         check_init()?;
-        unsafe { out(n, state().device_count() as i32) }
+        unsafe { out(n, crate::visible().len() as i32) }
     })
 }
 
 pub(crate) fn device_get(d: *mut CUdevice, ordinal: i32) -> CUresult {
     cu_try!({
         crate::nonnull(d)?;
-        let dev = check_dev(ordinal)?;
-        unsafe { out(d, dev as CUdevice) }
+        check_dev(ordinal)?;
+        unsafe { out(d, ordinal as CUdevice) }
     })
 }
 
@@ -136,9 +136,9 @@ pub(crate) fn device_get_by_pci_bus_id(dev: *mut CUdevice, bus_id: *const c_char
         let s = unsafe { CStr::from_ptr(bus_id) }.to_string_lossy();
         let (dom, bus, device) = parse_bus_id(&s).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let st = state();
-        for d in 0..st.device_count() {
+        for (ordinal, &d) in crate::visible().iter().enumerate() {
             if dom == 0 && device == 0 && bus == st.device_pci_bus(d) {
-                return unsafe { out(dev, d as CUdevice) };
+                return unsafe { out(dev, ordinal as CUdevice) };
             }
         }
         Err(CUDA_ERROR_INVALID_DEVICE)

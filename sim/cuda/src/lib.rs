@@ -98,14 +98,68 @@ pub(crate) fn check_init() -> Result<(), CUresult> {
     if INITIALIZED.load(Ordering::Acquire) { Ok(()) } else { Err(CUDA_ERROR_NOT_INITIALIZED) }
 }
 
+/// Parse `CUDA_VISIBLE_DEVICES` (`spec`, None = unset) against the physical devices' UUIDs into the
+/// physical index of each CUDA ordinal, as the real driver does: a comma list of integer indices or
+/// `GPU-<uuid or unique uuid prefix>` (case-insensitive); the first invalid entry (not a number, out
+/// of range, unknown or ambiguous UUID, a device already listed) ends the list; empty = no devices;
+/// unset = all devices in physical order.
+pub(crate) fn parse_visible(spec: Option<&str>, uuids: &[String]) -> Vec<usize> {
+    let n = uuids.len();
+    let Some(spec) = spec else { return (0..n).collect() };
+    let mut v = Vec::new();
+    for entry in spec.split(',') {
+        let e = entry.trim();
+        let dev = if !e.is_empty() && e.bytes().all(|c| c.is_ascii_digit()) {
+            e.parse::<usize>().ok().filter(|&i| i < n)
+        } else if e.len() > 4 && e.as_bytes()[..4].eq_ignore_ascii_case(b"GPU-") {
+            let e = e.as_bytes();
+            let mut m = (0..n).filter(|&i| uuids[i].as_bytes().get(..e.len()).is_some_and(|u| u.eq_ignore_ascii_case(e)));
+            match (m.next(), m.next()) {
+                (Some(i), None) => Some(i),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        match dev {
+            Some(d) if !v.contains(&d) => v.push(d),
+            _ => break,
+        }
+    }
+    v
+}
+
+/// CUDA ordinal → physical device index (`CUDA_VISIBLE_DEVICES`, parsed once per process at the
+/// first successful cuInit). The state file, the process-local tables and NVML use physical
+/// indices; only the CUDA API boundary speaks ordinals (`context::check_dev` maps in,
+/// [`ordinal_of`] maps out).
+pub(crate) fn visible() -> &'static [usize] {
+    static V: OnceLock<Vec<usize>> = OnceLock::new();
+    V.get_or_init(|| {
+        let st = state();
+        let uuids: Vec<String> = (0..st.device_count()).map(|d| st.device_uuid(d)).collect();
+        let spec = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let v = parse_visible(spec.as_deref(), &uuids);
+        if spec.is_some() {
+            simlog!("CUDA_VISIBLE_DEVICES={:?}: ordinals -> physical {:?}", spec.as_deref().unwrap_or(""), v);
+        }
+        v
+    })
+}
+
+/// The CUDA ordinal of physical device `dev` (-1 if it is not visible to this process).
+pub(crate) fn ordinal_of(dev: usize) -> i32 {
+    visible().iter().position(|&d| d == dev).map(|o| o as i32).unwrap_or(-1)
+}
+
 pub(crate) fn cu_init(flags: u32) -> CUresult {
     if flags != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
     match state_opt() {
-        Some(s) if s.device_count() > 0 => {
+        Some(s) if s.device_count() > 0 && !visible().is_empty() => {
             if !INITIALIZED.swap(true, Ordering::AcqRel) {
-                simlog!("cuInit: {} device(s), state {}", s.device_count(), s.path());
+                simlog!("cuInit: {} device(s) ({} visible), state {}", s.device_count(), visible().len(), s.path());
             }
             counting::ensure_atexit();
             CUDA_SUCCESS
@@ -159,4 +213,55 @@ pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
 
 pub(crate) fn nonnull<T>(p: *const T) -> Result<(), CUresult> {
     if p.is_null() { Err(CUDA_ERROR_INVALID_VALUE) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod visible_tests {
+    use super::parse_visible;
+
+    fn uuids() -> Vec<String> {
+        vec![
+            "GPU-00000000-0000-4000-8000-000000000000".into(),
+            "GPU-00000000-0000-4000-8000-000000000001".into(),
+            "GPU-abcdef00-0000-4000-8000-000000000002".into(),
+        ]
+    }
+
+    #[test]
+    fn unset_means_all_and_empty_means_none() {
+        assert_eq!(parse_visible(None, &uuids()), vec![0, 1, 2]);
+        assert_eq!(parse_visible(Some(""), &uuids()), Vec::<usize>::new());
+        assert_eq!(parse_visible(Some(" "), &uuids()), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn indices_select_and_order() {
+        assert_eq!(parse_visible(Some("1,0"), &uuids()), vec![1, 0]);
+        assert_eq!(parse_visible(Some("2"), &uuids()), vec![2]);
+        assert_eq!(parse_visible(Some(" 2 , 0 "), &uuids()), vec![2, 0]);
+    }
+
+    #[test]
+    fn an_invalid_entry_ends_the_list() {
+        assert_eq!(parse_visible(Some("1,3,0"), &uuids()), vec![1], "out of range");
+        assert_eq!(parse_visible(Some("0,x,1"), &uuids()), vec![0], "not a number");
+        assert_eq!(parse_visible(Some("-1,0"), &uuids()), Vec::<usize>::new(), "negative");
+        assert_eq!(parse_visible(Some("2,,0"), &uuids()), vec![2], "empty entry");
+        assert_eq!(parse_visible(Some("1,1,0"), &uuids()), vec![1], "duplicate");
+        assert_eq!(parse_visible(Some("1,GPU-ffff,0"), &uuids()), vec![1], "unknown uuid");
+        assert_eq!(parse_visible(Some("MIG-0,1"), &uuids()), Vec::<usize>::new(), "no MIG devices");
+        assert_eq!(parse_visible(Some("0,GPé-0"), &uuids()), vec![0], "non-ASCII");
+    }
+
+    #[test]
+    fn uuids_and_unique_prefixes() {
+        let u = uuids();
+        assert_eq!(parse_visible(Some("GPU-00000000-0000-4000-8000-000000000001,0"), &u), vec![1, 0]);
+        assert_eq!(parse_visible(Some("gpu-ABCDEF"), &u), vec![2], "prefix, any case");
+        assert_eq!(parse_visible(Some("GPU-a,1"), &u), vec![2, 1]);
+        assert_eq!(parse_visible(Some("GPU-0000,2"), &u), Vec::<usize>::new(), "ambiguous prefix");
+        assert_eq!(parse_visible(Some("GPU-"), &u), Vec::<usize>::new(), "bare prefix");
+        assert_eq!(parse_visible(Some("GPU-00000000-0000-4000-8000-0000000000011"), &u), Vec::<usize>::new(), "too long");
+        assert_eq!(parse_visible(Some("2,GPU-abcdef00"), &u), vec![2], "same device twice");
+    }
 }

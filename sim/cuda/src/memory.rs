@@ -321,7 +321,7 @@ unsafe fn pointer_attr(sim: &Sim, data: *mut c_void, attr: i32, ptr: u64) -> Res
                 CU_POINTER_ATTRIBUTE_SYNC_MEMOPS => out(data as *mut u32, 1),
                 CU_POINTER_ATTRIBUTE_BUFFER_ID | CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => out(data as *mut u64, base),
                 CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data as *mut u32, managed as u32),
-                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data as *mut i32, a.dev as i32),
+                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data as *mut i32, crate::ordinal_of(a.dev)),
                 CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE => out(data as *mut u32, (a.kind == AllocKind::Device) as u32),
                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => out(data as *mut u64, base),
                 CU_POINTER_ATTRIBUTE_RANGE_SIZE | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => out(data as *mut u64, a.size),
