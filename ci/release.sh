@@ -14,7 +14,9 @@
 # Output: target/release-floor/libvgpu.so, target/release-floor/FLOOR (the glibc floor actually
 # used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt.
 #
-# Environment: VGPU_GLIBC_FLOOR (default 2.17), CARGO_TARGET_DIR (honoured; default target/).
+# Environment: VGPU_GLIBC_FLOOR (default 2.17), CARGO_TARGET_DIR (honoured; default target/),
+# VGPU_ZIGLANG_SPEC / VGPU_ZIGBUILD_SPEC (pip version specifiers; default ==0.17.1 / ==0.24.1, the
+# pair this was verified with).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -118,13 +120,13 @@ ensure_tools() {
     fi
     if ! "$py" -m ziglang version >/dev/null 2>&1; then
         log "installing ziglang from PyPI"
-        "$py" -m pip install -q --disable-pip-version-check "ziglang${VGPU_ZIGLANG_SPEC:-}" ||
+        "$py" -m pip install -q --disable-pip-version-check "ziglang${VGPU_ZIGLANG_SPEC:-==0.17.1}" ||
             die "pip install ziglang failed"
     fi
     export PATH="$TOOLS/venv/bin:$TOOLS/cargo/bin:$PATH"
     if ! command -v cargo-zigbuild >/dev/null 2>&1; then
         log "installing cargo-zigbuild (PyPI wheel)"
-        if ! "$py" -m pip install -q --disable-pip-version-check cargo-zigbuild; then
+        if ! "$py" -m pip install -q --disable-pip-version-check "cargo-zigbuild${VGPU_ZIGBUILD_SPEC:-==0.24.1}"; then
             log "wheel unavailable: cargo install cargo-zigbuild --locked"
             cargo install --locked --root "$TOOLS/cargo" cargo-zigbuild || die "cargo install cargo-zigbuild failed"
         fi

@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# Compute-limiter benchmark (issue 4): on the simulated GPU, the container's share of device time
+# measured by the simulator's exact per-process busy time (`simctl sample`) over a 5 s window after
+# 1 s of settling, for limit x workload x processes, two containers 30/60, an under-limit workload,
+# the unthrottled launch latency against no shim, and a PNG plot of share over time per limit.
+#
+#   ci/bench_compute.sh            full table (~6 min on 2 cores)
+#   BENCH_QUICK=1 ci/bench_compute.sh   a few cells only
+#
+# Output: a markdown report on stdout; report, CSV and plot in $BENCH_OUT (default
+# target/bench-compute/: compute.md, compute.csv, share_over_time.png).
+# Environment: CARGO_TARGET_DIR (honoured), BENCH_NO_BUILD=1 (use existing build),
+# BENCH_PID_OFFSET (default 100000: NVML reports pid + offset, as a PID namespace would).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+REL="$TARGET_DIR/release"
+OUT=${BENCH_OUT:-$ROOT/target/bench-compute}
+if [[ -z ${BENCH_NO_BUILD:-} ]]; then
+  cargo build --release -q -p libvgpu -p vgpu-sim-cuda -p vgpu-sim-nvml -p vgpu-simctl
+fi
+mkdir -p "$REL/simlib" "$REL/bench" "$OUT"
+ln -sf ../libcuda.so "$REL/simlib/libcuda.so.1"
+ln -sf ../libnvidia_ml.so "$REL/simlib/libnvidia-ml.so.1"
+cc -std=gnu11 -O2 -Wall -I tests/c -o "$REL/bench/compute_client" tests/c/compute_client.c \
+  -L "$REL/simlib" -l:libcuda.so.1 -lpthread -Wl,-rpath,"$REL/simlib"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+export BENCH_CLIENT="$REL/bench/compute_client" BENCH_SHIM="$REL/libvgpu.so" BENCH_SIMCTL="$REL/simctl"
+export BENCH_SIMLIB="$REL/simlib" BENCH_WORK="$work" BENCH_OUT="$OUT"
+python3 - <<'PY'
+import os, subprocess, sys, time, struct, zlib, statistics
+
+CLIENT = os.environ["BENCH_CLIENT"]; SHIM = os.environ["BENCH_SHIM"]; SIMCTL = os.environ["BENCH_SIMCTL"]
+SIMLIB = os.environ["BENCH_SIMLIB"]; WORK = os.environ["BENCH_WORK"]; OUT = os.environ["BENCH_OUT"]
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+PID_OFFSET = os.environ.get("BENCH_PID_OFFSET", "100000")
+SETTLE, WINDOW, STEP_MS = 1.0, 5.0, 100
+
+def mono_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+def base_env(state, extra):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("CUDA_", "VGPU_", "LIBCUDA_", "LD_", "GPU_CORE", "BENCH_"))}
+    e.update({"LD_LIBRARY_PATH": SIMLIB, "VGPU_SIM_STATE": state, "VGPU_SIM_PID_OFFSET": PID_OFFSET})
+    e.update(extra)
+    return e
+
+cell_no = [0]
+
+def run_cell(containers, args, extra=None, seconds=SETTLE + WINDOW):
+    """containers: list of (limit or None for no shim, nprocs). Returns per-container
+    (window share %, worst 1 s share %, series of (t_s, share %) per STEP_MS, launches)."""
+    cell_no[0] += 1
+    d = os.path.join(WORK, f"cell{cell_no[0]}")
+    os.makedirs(d)
+    state = os.path.join(d, "sim.state")
+    extra = extra or {}
+    subprocess.run([CLIENT, "--count", "0"], env=base_env(state, extra), stdout=subprocess.DEVNULL, check=True)
+    nprocs = sum(n for _, n in containers)
+    t0 = mono_ns() + int((0.4 + 0.1 * nprocs) * 1e9)
+    procs = []
+    for ci, (limit, n) in enumerate(containers):
+        env = base_env(state, extra)
+        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(d, f"c{ci}.cache")
+        if limit is not None:
+            env.update({"LD_PRELOAD": SHIM, "CUDA_DEVICE_SM_LIMIT": str(limit), "GPU_CORE_UTILIZATION_POLICY": "force"})
+        for _ in range(n):
+            p = subprocess.Popen([CLIENT, "--seconds", f"{seconds + 0.3}", "--start-at", str(t0)] + args,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append((ci, p))
+    while mono_ns() < t0:
+        time.sleep(min(0.05, (t0 - mono_ns()) / 1e9 + 0.001))
+    count = int(seconds * 1000 / STEP_MS) + 1
+    smp = subprocess.run([SIMCTL, "--state", state, "sample", "--interval-ms", str(STEP_MS), "--count", str(count)],
+                         capture_output=True, text=True, check=True).stdout
+    launches = [0] * len(containers)
+    pids = [set() for _ in containers]
+    for ci, p in procs:
+        o, e = p.communicate(timeout=120)
+        if p.returncode != 0:
+            sys.exit(f"client failed ({p.returncode}): {o}\n{e}")
+        kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
+        launches[ci] += int(kv.get("launches", 0))
+        pids[ci].add(p.pid)
+    busy = {}  # t_ms -> [busy per container]
+    for line in smp.splitlines():
+        f = line.split(",")
+        if len(f) != 5 or not f[0][0].isdigit():
+            continue
+        t, pid, dev = float(f[0]), int(f[1]), int(f[2])
+        row = busy.setdefault(t, [0] * len(containers))
+        for ci in range(len(containers)):
+            if pid in pids[ci] and dev == 0:
+                row[ci] += int(f[3])
+    ts = sorted(busy)
+    res = []
+    for ci in range(len(containers)):
+        def share(a, b):
+            return (busy[b][ci] - busy[a][ci]) / ((b - a) * 1e6) * 100
+        def at(sec):
+            return min(ts, key=lambda t: abs(t - sec * 1000))
+        w0, w1 = at(SETTLE), at(SETTLE + WINDOW)
+        win = share(w0, w1)
+        secs = [share(at(SETTLE + i), at(SETTLE + i + 1)) for i in range(int(WINDOW))]
+        series = [(ts[i + 1] / 1000, share(ts[i], ts[i + 1])) for i in range(len(ts) - 1)]
+        res.append((win, secs, series, launches[ci]))
+    return res
+
+report = []
+def out(s=""):
+    print(s, flush=True)
+    report.append(s)
+
+csv = ["section,workload,processes,limit,share,error,worst_1s,launches"]
+WORKLOADS = [("short 50us", ["--kernel-us", "50"]), ("long 20ms", ["--kernel-us", "20000"]),
+             ("mix 50us+20ms", ["--mix", "50,20000"])]
+LIMITS = [10, 25, 50, 75, 90]
+if QUICK:
+    WORKLOADS, LIMITS = WORKLOADS[:1] + WORKLOADS[2:], [25, 75]
+
+misses = []
+out("## Compute: share of device time (simulated GPU, exact per-process busy time)")
+out()
+out(f"Window: {WINDOW:.0f} s after {SETTLE:.0f} s settling; policy force; NVML reports pid + {PID_OFFSET} (PID namespace). "
+    "'worst 1 s' = the 1 s sub-window farthest from the limit.")
+out()
+out("| workload | processes | limit | share | error | worst 1 s | launches |")
+out("|---|---:|---:|---:|---:|---:|---:|")
+trace = {}
+for wname, wargs in WORKLOADS:
+    for n in (1, 4):
+        for lim in LIMITS:
+            (win, secs, series, nl), = run_cell([(lim, n)], wargs)
+            worst = max(secs, key=lambda s: abs(s - lim))
+            err = win - lim
+            flag = "" if abs(err) <= 3 else " **(>3)**"
+            if abs(err) > 3:
+                misses.append(f"{wname}, {n} proc, limit {lim}: {win:.2f}")
+            out(f"| {wname} | {n} | {lim} | {win:.2f} | {err:+.2f}{flag} | {worst:.1f} | {nl} |")
+            csv.append(f"main,{wname},{n},{lim},{win:.3f},{err:.3f},{worst:.2f},{nl}")
+            if wname.startswith("short") and n == 1:
+                trace[lim] = series
+out()
+
+out("### Two containers on one device, limits 30 and 60 (1 process each)")
+out()
+out("| workload | share (limit 30) | error | share (limit 60) | error | sum |")
+out("|---|---:|---:|---:|---:|---:|")
+for wname, wargs in (WORKLOADS if not QUICK else WORKLOADS[:1]):
+    (a, _, _, _), (b, _, _, _) = run_cell([(30, 1), (60, 1)], wargs)
+    for lim, v in ((30, a), (60, b)):
+        if abs(v - lim) > 3:
+            misses.append(f"two containers {wname}, limit {lim}: {v:.2f}")
+    out(f"| {wname} | {a:.2f} | {a - 30:+.2f} | {b:.2f} | {b - 60:+.2f} | {a + b:.2f} |")
+    csv.append(f"pair,{wname},1+1,30/60,{a:.3f}/{b:.3f},{a - 30:.3f}/{b - 60:.3f},,")
+out()
+
+out("### Without NVML per-process utilisation (VGPU_SIM_NO_PROC_UTIL=1: events only)")
+out()
+out("| workload | processes | limit | share | error |")
+out("|---|---:|---:|---:|---:|")
+for wname, wargs in (WORKLOADS if not QUICK else WORKLOADS[:1]):
+    for n in (1, 4):
+        for lim in ([25, 75] if not QUICK else [50]):
+            (win, _, _, _), = run_cell([(lim, n)], wargs, {"VGPU_SIM_NO_PROC_UTIL": "1"})
+            out(f"| {wname} | {n} | {lim} | {win:.2f} | {win - lim:+.2f} |")
+            csv.append(f"nonvml,{wname},{n},{lim},{win:.3f},{win - lim:.3f},,")
+out()
+
+out("### Under-limit workloads are not slowed")
+out()
+out("| workload | limit | launches without shim | with shim | change | share with shim |")
+out("|---|---:|---:|---:|---:|---:|")
+for wname, wargs, lim in [("1 ms kernel + sync + 3 ms sleep", ["--kernel-us", "1000", "--pace-us", "3000"], 50),
+                          ("50 us kernel + sync + 150 us sleep", ["--kernel-us", "50", "--pace-us", "150"], 30)]:
+    (w0, _, _, n0), = run_cell([(None, 1)], wargs)
+    (w1, _, _, n1), = run_cell([(lim, 1)], wargs)
+    out(f"| {wname} | {lim} | {n0} | {n1} | {(n1 - n0) / n0 * 100:+.2f} % | {w1:.2f} |")
+    csv.append(f"under,{wname},1,{lim},{w1:.3f},,,{n0}/{n1}")
+out()
+
+out("### Launch latency (cuLaunchKernel, 1 us kernels, no back-pressure), ns per call")
+out()
+out("| configuration | p50 | p99 | mean | added (p50) |")
+out("|---|---:|---:|---:|---:|")
+def latency(extra, shim, reps=3):
+    vals = []
+    for _ in range(reps):
+        state = os.path.join(WORK, f"lat{mono_ns()}.state")
+        env = base_env(state, {"VGPU_SIM_MAX_QUEUE_US": "100000000", **extra})
+        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = state + ".cache"
+        if shim:
+            env["LD_PRELOAD"] = SHIM
+        o = subprocess.run([CLIENT, "--count", "200000", "--kernel-us", "1", "--latency"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+        kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
+        vals.append((int(kv["lat_p50_ns"]), int(kv["lat_p99_ns"]), int(kv["lat_mean_ns"])))
+    return tuple(statistics.median(v[i] for v in vals) for i in range(3))
+base = latency({}, False)
+out(f"| no shim | {base[0]:.0f} | {base[1]:.0f} | {base[2]:.0f} | |")
+for name, extra in [("shim, no limit", {}), ("shim, CUDA_DEVICE_SM_LIMIT=100", {"CUDA_DEVICE_SM_LIMIT": "100"}),
+                    ("shim, limit 50, policy disable", {"CUDA_DEVICE_SM_LIMIT": "50", "GPU_CORE_UTILIZATION_POLICY": "disable"})]:
+    v = latency(extra, True)
+    out(f"| {name} | {v[0]:.0f} | {v[1]:.0f} | {v[2]:.0f} | {v[0] - base[0]:+.0f} |")
+    csv.append(f"latency,{name},1,,{v[0]},{v[0] - base[0]},{v[1]},")
+out()
+
+# ---- plot: share over time per limit (1 process, 50 us kernels), a tiny PNG writer ----
+FONT = {  # 3x5 glyphs, rows top to bottom
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
+    "8": "111101111101111", "9": "111101111001111", "%": "101001010100101", " ": "000000000000000",
+    "S": "111100111001111", "H": "101101111101101", "A": "010101111101101", "R": "110101110101101",
+    "E": "111100111100111", "T": "111010010010010", "I": "111010010010111", "M": "101111111101101",
+    "L": "100100100100111", "P": "110101110100100", "O": "111101101101111", "C": "111100100100111",
+    "U": "101101101101111", "N": "110101101101101", "K": "101101110101101", "=": "000111000111000",
+    ",": "000000000010100", "(": "010100100100010", ")": "010001001001010", ".": "000000000000010",
+    "-": "000000111000000", "G": "111100101101111", "D": "110101101101110", "W": "101101111111101",
+    "V": "101101101101010", "B": "110101110101110", "F": "111100111100100", "Y": "101101010010010",
+    "X": "101101010101101", "Z": "111001010100111", "Q": "111101101111001", "J": "001001001101111",
+}
+W, H, ML, MR, MT, MB = 900, 520, 70, 170, 50, 60
+img = [[(255, 255, 255)] * W for _ in range(H)]
+def px(x, y, c):
+    if 0 <= x < W and 0 <= y < H:
+        img[y][x] = c
+def line(x0, y0, x1, y1, c, th=1):
+    n = max(abs(x1 - x0), abs(y1 - y0), 1)
+    for i in range(n + 1):
+        x = round(x0 + (x1 - x0) * i / n); y = round(y0 + (y1 - y0) * i / n)
+        for dx in range(-(th // 2), th - th // 2):
+            for dy in range(-(th // 2), th - th // 2):
+                px(x + dx, y + dy, c)
+def text(x, y, s, c=(0, 0, 0), sc=2):
+    for ch in s.upper():
+        g = FONT.get(ch, FONT[" "])
+        for r in range(5):
+            for col in range(3):
+                if g[r * 3 + col] == "1":
+                    for a in range(sc):
+                        for b in range(sc):
+                            px(x + col * sc + a, y + r * sc + b, c)
+        x += 4 * sc
+pw, ph = W - ML - MR, H - MT - MB
+T = SETTLE + WINDOW
+X = lambda t: ML + round(t / T * pw)
+Y = lambda v: MT + ph - round(max(0, min(100, v)) / 100 * ph)
+for v in range(0, 101, 25):
+    line(ML, Y(v), ML + pw, Y(v), (225, 225, 225)); text(ML - 40, Y(v) - 5, f"{v}")
+for t in range(0, int(T) + 1):
+    line(X(t), MT, X(t), MT + ph, (235, 235, 235)); text(X(t) - 4, MT + ph + 10, f"{t}")
+line(ML, MT, ML, MT + ph, (0, 0, 0)); line(ML, MT + ph, ML + pw, MT + ph, (0, 0, 0))
+line(X(SETTLE), MT, X(SETTLE), MT + ph, (160, 160, 160))
+text(ML, 12, "SHARE % PER 100 MS VS TIME S (1 PROCESS, 50US KERNELS)")
+text(ML + pw // 2 - 20, H - 24, "TIME S")
+colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
+for i, lim in enumerate(sorted(trace)):
+    c = colors[i % len(colors)]
+    for x in range(ML, ML + pw, 8):
+        line(x, Y(lim), x + 3, Y(lim), c)
+    pts = trace[lim]
+    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+        line(X(t0), Y(v0), X(t1), Y(v1), c, 2)
+    ly = MT + 20 + i * 28
+    for dy in range(10):
+        line(ML + pw + 20, ly + dy, ML + pw + 40, ly + dy, c)
+    text(ML + pw + 50, ly, f"LIMIT {lim}")
+raw = b"".join(b"\x00" + bytes(v for p in row for v in p) for row in img)
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0)) + \
+      chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+with open(os.path.join(OUT, "share_over_time.png"), "wb") as f:
+    f.write(png)
+out(f"Plot: {os.path.join(OUT, 'share_over_time.png')} (share per 100 ms, one line per limit; dashed: the limit; grey: end of settling).")
+out()
+if misses:
+    out("Cells outside +-3 points: " + "; ".join(misses))
+else:
+    out("All accuracy cells within +-3 points.")
+with open(os.path.join(OUT, "compute.md"), "w") as f:
+    f.write("\n".join(report) + "\n")
+with open(os.path.join(OUT, "compute.csv"), "w") as f:
+    f.write("\n".join(csv) + "\n")
+PY
