@@ -38,7 +38,17 @@ pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUc
         st.primary_ctx[d].store(unsafe { *pctx } as u64, Ordering::Release);
     }
     if st.primary_refs[d].fetch_add(1, Ordering::AcqRel) == 0 {
-        st.primary_bytes[d].store(charge_context(dev), Ordering::Release);
+        match charge_context(dev) {
+            Ok(bytes) => st.primary_bytes[d].store(bytes, Ordering::Release),
+            Err(()) => {
+                // Undo the retain: the context does not fit under the limit.
+                st.primary_refs[d].fetch_sub(1, Ordering::AcqRel);
+                if let Some(release) = crate::hooks::cuda::real::cuDevicePrimaryCtxRelease_v2() {
+                    unsafe { release(dev) };
+                }
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        }
     }
     r
 }
@@ -81,7 +91,14 @@ fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate:
     crate::compute::ctx_created(dev, snap, r);
     if r == CUDA_SUCCESS && !pctx.is_null() {
         let st = state::get();
-        let bytes = charge_context(dev);
+        let Ok(bytes) = charge_context(dev) else {
+            // Undo the creation: the context does not fit under the limit.
+            if let Some(destroy) = crate::hooks::cuda::real::cuCtxDestroy_v2() {
+                unsafe { destroy(*pctx) };
+            }
+            unsafe { *pctx = std::ptr::null_mut() };
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        };
         let rec = vgpu_core::ledger::AllocRecord {
             dev: st.region_index(dev),
             bytes,

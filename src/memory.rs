@@ -504,23 +504,36 @@ pub fn host_pid(st: &State) -> i32 {
 }
 
 /// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this
-/// process minus what we already count there. Contexts are never refused: the application
-/// cannot run without one, and the memory is already in use. Returns the bytes charged.
-pub fn charge_context(ordinal: CUdevice) -> u64 {
+/// process minus what we already count there. A context is device memory like any other: if it
+/// does not fit under the container's limit the caller undoes the creation and reports
+/// `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
+pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let st = state::get();
     let dev = st.region_index(ordinal);
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
-        return 0;
+        return Ok(0);
     };
     let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
     if bytes > 0 {
-        if let Ok(res) = st.ledger.reserve(dev, bytes, UsageKind::Context, 0) {
-            res.commit();
+        match st.ledger.reserve(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
+            Ok(res) => res.commit(),
+            Err(ReserveError::OverLimit(o)) => {
+                crate::warn!(
+                    "context on device {dev} refused: it costs {bytes} bytes and the container uses {} of its {} limit",
+                    o.usage,
+                    o.limit
+                );
+                return Err(());
+            }
+            Err(e) => {
+                crate::error!("context on device {dev}: {e}");
+                return Err(());
+            }
         }
     }
     crate::debug!("context on device {dev}: charged {bytes} bytes");
-    bytes
+    Ok(bytes)
 }
 
 pub fn uncharge_context(ordinal: CUdevice, bytes: u64) {

@@ -107,27 +107,31 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
     if waited {
         bucket.note_throttled(mono_ns().saturating_sub(t0));
     }
-    // A sample: start event now, end event right after the launch. On an idle stream the start
-    // event completes at once, so the host time between it and the launch call is not kernel
-    // time: it is measured here and subtracted (on a busy stream the start event completes when
-    // the previous work does, exactly when the kernel can start).
+    // A sample: start event now, end event right after the launch. A launch queued behind our own
+    // work is preferred (`defer_sample`): its start event completes when our previous kernel does,
+    // exactly when this one can start. On an idle stream the start event completes at once, so the
+    // host time between it and the launch call is not kernel time: it is measured and subtracted.
     let mut idle_rec_ns = 0;
     let sample = if pred.sample {
-        let ctx = ctx_dev.map_or_else(api::current_ctx, |(c, _)| c);
-        let pair = c.samples.lock().take_pair(c, ctx, ordinal);
-        pair.and_then(|p| {
-            let idle = api::stream_idle(stream, ptsz);
-            let t = mono_ns();
-            if api::event_record(p.start, stream, ptsz) == CUDA_SUCCESS {
-                if idle {
-                    idle_rec_ns = t;
+        let idle = api::stream_idle(stream, ptsz);
+        if dev.ctl.lock().model.defer_sample(sig, idle) {
+            None
+        } else {
+            let ctx = ctx_dev.map_or_else(api::current_ctx, |(c, _)| c);
+            let pair = c.samples.lock().take_pair(c, ctx, ordinal);
+            pair.and_then(|p| {
+                let t = mono_ns();
+                if api::event_record(p.start, stream, ptsz) == CUDA_SUCCESS {
+                    if idle {
+                        idle_rec_ns = t;
+                    }
+                    Some((p, stream, ptsz))
+                } else {
+                    c.samples.lock().discard(p);
+                    None
                 }
-                Some((p, stream, ptsz))
-            } else {
-                c.samples.lock().discard(p);
-                None
-            }
-        })
+            })
+        }
     } else {
         None
     };

@@ -252,17 +252,14 @@ pub fn now_unix_s() -> u64 {
 }
 
 // ---- hooks called by the rest of the shim (context.rs, lib.rs) ----------------------------
-// (`allow(dead_code)`: they are wired by their callers' owners; see target/compute-requests.txt.)
 
 /// NVML snapshot taken before the application's first context on a device (host-PID diff).
-#[allow(dead_code)]
 pub struct CtxSnapshot {
     d: usize,
     before: Vec<u32>,
 }
 
 /// Before a real context creation on CUDA ordinal `dev`. Cheap after the first per device.
-#[allow(dead_code)]
 pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
     crate::guard::ffi("compute::ctx_creating", None, || {
         let c = get();
@@ -279,7 +276,6 @@ pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
 /// After it, with the driver's result. When the diff names our host PID unambiguously it is
 /// claimed at once (so the memory side's context charge, which asks NVML about our PID, finds it);
 /// otherwise the watcher keeps resolving.
-#[allow(dead_code)]
 pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
     crate::guard::ffi("compute::ctx_created", (), || {
         if r != CUDA_SUCCESS {
@@ -315,7 +311,6 @@ pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
 }
 
 /// A context was destroyed: forget its timing events (they died with it).
-#[allow(dead_code)]
 pub fn ctx_destroyed(ctx: CUcontext) {
     if let Some(c) = try_get() {
         c.samples.lock().forget_ctx(c, ctx as usize);
@@ -323,7 +318,6 @@ pub fn ctx_destroyed(ctx: CUcontext) {
 }
 
 /// Every context of CUDA ordinal `dev` may be gone (primary reset or last release).
-#[allow(dead_code)]
 pub fn device_ctx_gone(dev: CUdevice) {
     if let Some(c) = try_get() {
         c.samples.lock().forget_ordinal(c, dev);
@@ -331,7 +325,6 @@ pub fn device_ctx_gone(dev: CUdevice) {
 }
 
 /// In a forked child: the parent's contexts, events and watcher do not exist here.
-#[allow(dead_code)]
 pub fn fork_child() {
     let p = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let _ = p; // leaked: the parent's copy, unusable here

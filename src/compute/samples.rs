@@ -83,13 +83,11 @@ impl Samples {
     }
 
     /// Samples of a destroyed context fail; its pool is forgotten (not destroyed: it is gone).
-    #[allow(dead_code)]
     pub fn forget_ctx(&mut self, c: &Compute, ctx: usize) {
         self.pools.remove(&ctx);
         self.fail_where(c, |p| p.pair.ctx == ctx);
     }
 
-    #[allow(dead_code)]
     pub fn forget_ordinal(&mut self, c: &Compute, ordinal: CUdevice) {
         let gone: Vec<usize> = self.pools.iter().filter(|(_, (o, _))| *o == ordinal).map(|(k, _)| *k).collect();
         for k in gone {

@@ -283,8 +283,13 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
         // Exact busy ns for the correction (not the rounded percent).
         let u = ((my_busy_ns as u128 * 100 + (end - start).max(1) as u128 / 2) / (end - start).max(1) as u128) as u32;
         ctl.corr.observe(start, end, u);
-        if let Some(k) = ctl.corr.update(now) {
-            crate::debug!("compute: device {d}: correction k = {k:.3} (ratio {:?})", ctl.corr.last_ratio());
+        let before = ctl.corr.last_ratio();
+        match ctl.corr.update(now) {
+            Some(k) => crate::debug!("compute: device {d}: correction k = {k:.3} (ratio {:?}, band {:.4})", ctl.corr.last_ratio(), ctl.corr.last_tol()),
+            None if ctl.corr.last_ratio() != before => {
+                crate::debug!("compute: device {d}: correction kept k = {:.3} (ratio {:?}, band {:.4})", ctl.corr.k(), ctl.corr.last_ratio(), ctl.corr.last_tol())
+            }
+            None => {}
         }
         w.correction_ppm().store(ctl.corr.k_ppm(), Ordering::Relaxed);
         let mut last = ctl.sm_util;
