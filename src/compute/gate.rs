@@ -11,7 +11,7 @@ use vgpu_core::limiter::cost::{Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
-const FIRST_SAMPLE_WAIT_NS: u64 = 100_000_000;
+const FIRST_SAMPLE_WAIT_NS: u64 = 1_000_000_000;
 const FIRST_SAMPLE_POLL_NS: u64 = 1_000_000;
 
 /// What [`after`] needs to finish a charged launch.
@@ -120,10 +120,12 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
             let ctx = ctx_dev.map_or_else(api::current_ctx, |(c, _)| c);
             let pair = c.samples.lock().take_pair(c, ctx, ordinal);
             pair.and_then(|p| {
-                let t = mono_ns();
                 if api::event_record(p.start, stream, ptsz) == CUDA_SUCCESS {
+                    // Taken after the record returned: the event's time stamp is not later, so
+                    // the subtracted gap can only under-state (never deflate a sample below the
+                    // kernel's duration, which the minimum-based estimate would keep).
                     if idle {
-                        idle_rec_ns = t;
+                        idle_rec_ns = mono_ns();
                     }
                     Some((p, stream, ptsz))
                 } else {

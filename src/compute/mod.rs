@@ -273,7 +273,8 @@ pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
     })
 }
 
-/// After it, with the driver's result. When the diff names our host PID unambiguously it is
+/// After it, with the driver's result. When the diff names our host PID (alone, or by fork order)
+/// it is
 /// claimed at once (so the memory side's context charge, which asks NVML about our PID, finds it);
 /// otherwise the watcher keeps resolving.
 pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
@@ -294,10 +295,11 @@ pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
         if let (Some(s), Some(a)) = (snap, after) {
             ctl.pids.set_before(s.before);
             ctl.pids.set_after(a.clone());
-            let claimed = watcher::claimed_by_others(c, None);
-            let view = vgpu_core::limiter::pidmap::View { present: &a, claimed: &claimed, my_pid: c.pid as u32 };
+            let oth = watcher::others(c, None);
+            let view = oth.view(&a, c.pid as u32);
             if let Some((hp, how)) = ctl.pids.step(&view) {
-                if how == vgpu_core::limiter::pidmap::How::Unique {
+                use vgpu_core::limiter::pidmap::How;
+                if matches!(how, How::Unique | How::Order) {
                     ctl.hostpid = Some(hp);
                     drop(ctl);
                     watcher::claim(c, d, hp);

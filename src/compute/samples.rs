@@ -153,7 +153,7 @@ pub fn poll(c: &Compute) -> bool {
                 drop(ctl);
                 if delta != 0 {
                     if let Some(params) = Params::for_limit(dev.limit.load(std::sync::atomic::Ordering::Relaxed)) {
-                        Bucket::attach(c.bucket_state(p.d), params).charge((delta as f64 * k) as i64);
+                        Bucket::attach(c.bucket_state(p.d), params).reprice((delta as f64 * k) as i64);
                     }
                 }
             }

@@ -94,31 +94,49 @@ fn wall_us_to_mono(us: u64) -> u64 {
     (us as i128 * 1000 - off).max(0) as u64
 }
 
-/// Host PIDs claimed by other live slots of the region. A slot with a lower index that claims
-/// the same PID as we do wins it (so two claimants never both yield).
-pub(super) fn claimed_by_others(c: &Compute, mine: Option<u32>) -> Vec<u32> {
-    let Some(r) = c.region else { return Vec::new() };
+/// What the region says about the other processes of the container.
+pub(super) struct Others {
+    /// Host PIDs claimed by other live slots.
+    pub claimed: Vec<u32>,
+    /// Their (pid, host pid) pairs.
+    pub pairs: Vec<(u32, u32)>,
+    /// Pids of live slots without a host PID (ours included).
+    pub unresolved: Vec<u32>,
+}
+
+impl Others {
+    pub fn view<'a>(&'a self, present: &'a [u32], my_pid: u32) -> View<'a> {
+        View { present, claimed: &self.claimed, my_pid, pairs: &self.pairs, unresolved: &self.unresolved }
+    }
+}
+
+/// The other live slots of the region. A slot with a lower index that claims the same PID as we
+/// do wins it (so two claimants never both yield).
+pub(super) fn others(c: &Compute, mine: Option<u32>) -> Others {
+    let mut o = Others { claimed: Vec::new(), pairs: Vec::new(), unresolved: vec![c.pid as u32] };
+    let Some(r) = c.region else { return o };
     let sh = r.shared();
     let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
     let my_idx = (0..n).find(|&k| sh.procs[k].pid.load(Ordering::Relaxed) == c.pid);
-    let mut v = Vec::new();
     for k in 0..n {
         let s = &sh.procs[k];
         let pid = s.pid.load(Ordering::Relaxed);
-        if pid == c.pid || pid == 0 || s.status.load(Ordering::Relaxed) == 0 {
+        if pid == c.pid || pid <= 0 || s.status.load(Ordering::Relaxed) == 0 {
             continue;
         }
         let h = s.hostpid.load(Ordering::Relaxed);
         if h <= 0 {
+            o.unresolved.push(pid as u32);
             continue;
         }
         let h = h as u32;
         if Some(h) == mine && my_idx.is_some_and(|m| m < k) {
             continue; // we keep it
         }
-        v.push(h);
+        o.claimed.push(h);
+        o.pairs.push((pid as u32, h));
     }
-    v
+    o
 }
 
 /// Host PIDs of the container's live slots (ours included once resolved).
@@ -191,8 +209,8 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     let present: Option<Vec<u32>> = api::nvml_processes(h).map(|v| v.into_iter().map(|(p, _)| p).collect());
     let mut ctl = c.devs[d].ctl.lock();
     if let Some(present) = &present {
-        let claimed = claimed_by_others(c, ctl.hostpid);
-        let view = View { present, claimed: &claimed, my_pid: c.pid as u32 };
+        let oth = others(c, ctl.hostpid);
+        let view = oth.view(present, c.pid as u32);
         let got = ctl.pids.step(&view).map(|(h, _)| h);
         if got != ctl.hostpid {
             if let Some(hp) = got {
@@ -269,8 +287,8 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
 
     // Evidence for the host-PID resolver.
     if let Some(present) = &present {
-        let claimed = claimed_by_others(c, ctl.hostpid);
-        let view = View { present, claimed: &claimed, my_pid: c.pid as u32 };
+        let oth = others(c, ctl.hostpid);
+        let view = oth.view(present, c.pid as u32);
         let mine = ctl.corr.self_busy(start, end);
         let busy = if end > start { Some(mine as f64 / (end - start) as f64) } else { None };
         ctl.pids.observe(&view, busy, mine > 0, &util);

@@ -12,8 +12,8 @@
 //!   1 ms of wall time worth of tokens), so short kernels are admitted in small batches instead of
 //!   one sleep per launch; sleeps are capped so limit and policy changes are seen quickly.
 //! * Reconciliation (measured minus predicted cost) is charged later through [`Bucket::charge`].
-//!   A refund may lift the balance above the cap (it returns a past over-charge); refills never
-//!   add above the cap but do not take such a refund away.
+//!   A refund may lift the balance above the cap (it returns a past over-charge), up to twice
+//!   the cap; refills never add above the cap but do not take such a refund away.
 
 use super::words::Words;
 use super::PPM;
@@ -29,6 +29,8 @@ pub const MIN_CAP_NS: u64 = 1_000_000;
 pub const WAKE_QUANTUM_NS: u64 = 1_000_000;
 /// Longest single sleep of a waiting launch (limit/policy/monitor changes are seen this fast).
 pub const MAX_SLEEP_NS: u64 = 50_000_000;
+/// Refunds may lift the balance up to this many caps.
+pub const REFUND_CAPS: i64 = 2;
 /// A clock more than this far behind `last_refill_ns` is treated as a new time base.
 pub const CLOCK_JUMP_NS: u64 = 10_000_000_000;
 
@@ -185,15 +187,26 @@ impl<'a> Bucket<'a> {
             return;
         }
         let w = self.w;
-        // No floor on the debt and no cap on refunds: a refund returns exactly a past over-charge
-        // (cost accounts, `super::cost`), so the two must stay symmetric. A refund may lift the
-        // balance above the cap (the container catches up what it was wrongly made to wait for).
-        w.balance_ns().fetch_sub(delta_ns, AcqRel);
+        // No floor on the debt: a refund returns exactly a past over-charge (cost accounts,
+        // `super::cost`), and dropping debt would make refunds leak tokens. A refund may lift the
+        // balance above the cap (the container catches up what it was wrongly made to wait for),
+        // but not above REFUND_CAPS × cap: a large start-up over-charge is not paid back as a
+        // burst far above the limit (erring on the side of the limit).
+        let nb = w.balance_ns().fetch_sub(delta_ns, AcqRel) - delta_ns;
         if delta_ns > 0 {
             w.charged_ns().fetch_add(delta_ns as u64, Relaxed);
         } else {
+            let top = self.p.cap_ns.saturating_mul(REFUND_CAPS);
+            if nb > top {
+                w.balance_ns().fetch_min(top, AcqRel);
+            }
             let _ = w.charged_ns().fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub((-delta_ns) as u64)));
         }
+    }
+
+    /// Charges a re-pricing from the cost model (`super::cost`): exact, in both directions.
+    pub fn reprice(&self, delta_ns: i64) {
+        self.charge(delta_ns);
     }
 
     /// Adds wall time spent waiting for tokens to the metrics.
@@ -268,7 +281,11 @@ mod tests {
         assert_eq!(b.balance(), p.cap_ns + 10 * MS as i64);
         b.refill(t1 + 2_000 * MS);
         assert_eq!(b.balance(), p.cap_ns + 10 * MS as i64);
-        // Charges and refunds are symmetric (no floor).
+        // ... but not above REFUND_CAPS caps.
+        b.charge(-(1_000 * MS as i64));
+        assert_eq!(b.balance(), REFUND_CAPS * p.cap_ns);
+        // Charges and refunds are symmetric (no floor) below the refund ceiling.
+        b.charge(3 * p.cap_ns);
         let before = b.balance();
         b.charge(10_000 * MS as i64);
         b.charge(-(10_000 * MS as i64));

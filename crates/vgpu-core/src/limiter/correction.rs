@@ -10,8 +10,8 @@
 //! `r = Σ NVML busy / Σ raw charges` over the last [`WINDOW_NS`] is the factor by which raw charges
 //! over- or under-state the truth, independent of the current correction (no integrator, so no
 //! wind-up: an under-limit workload gives the same `r`). The correction `k` (charge = raw × k)
-//! follows `r` with smoothing, but only when `r` and `k` disagree by more than NVML's own
-//! resolution: `smUtil` is an integer percent per period, so at a 12 % share it is only good to
+//! follows `r` with smoothing when `r` differs from 1 by more than NVML's own resolution, and
+//! returns to 1 when it does not: `smUtil` is an integer percent per period, so at a 12 % share it is only good to
 //! ±4 %, and a steady workload rounds the same way every period (the errors do not average out).
 //! Charges are binned at admission while NVML sees execution, so the comparison is shifted by the
 //! measured admission-to-execution lag, and the band also allows one whole launch at each end of
@@ -35,6 +35,9 @@ pub const R_MIN: f64 = 0.33;
 pub const R_MAX: f64 = 3.0;
 /// Below this self-measured busy fraction of the window, no update (too little signal).
 pub const MIN_BUSY_FRAC: f64 = 0.02;
+/// The comparison window starts at least this long after the first charge (start-up transients:
+/// first samples inflated by a start-up queue are re-priced later).
+pub const SKIP_START_NS: u64 = 1_000_000_000;
 /// Observations must cover at least this fraction of the window.
 pub const MIN_COVER: f64 = 0.5;
 /// Extra tolerance on top of NVML's quantisation.
@@ -57,10 +60,13 @@ pub struct Correction {
     /// Mean time from admission to the middle of execution (queueing), ns: charges are compared
     /// with NVML shifted by it.
     lag_ns: u64,
+    /// First charge seen (start-up transients are kept out of the comparison).
+    first_charge: u64,
     obs: VecDeque<Obs>,
     k: f64,
     last_update: u64,
     last_ratio: Option<f64>,
+    last_tol: f64,
 }
 
 impl Default for Correction {
@@ -71,7 +77,7 @@ impl Default for Correction {
 
 impl Correction {
     pub fn new() -> Self {
-        Correction { bins: VecDeque::new(), obs: VecDeque::new(), lag_ns: 0, k: 1.0, last_update: 0, last_ratio: None }
+        Correction { bins: VecDeque::new(), obs: VecDeque::new(), lag_ns: 0, first_charge: 0, k: 1.0, last_update: 0, last_ratio: None, last_tol: 0.0 }
     }
 
     /// Charges are multiplied by this.
@@ -87,6 +93,11 @@ impl Correction {
         self.last_ratio
     }
 
+    /// The tolerance band of the last update (relative).
+    pub fn last_tol(&self) -> f64 {
+        self.last_tol
+    }
+
     /// Back to no correction (sensor lost or PID changed).
     pub fn reset(&mut self) {
         self.obs.clear();
@@ -96,6 +107,9 @@ impl Correction {
 
     /// `raw_ns` (before correction) charged at `now`; negative values are reconciliation refunds.
     pub fn add_charge(&mut self, now: u64, raw_ns: i64) {
+        if self.first_charge == 0 {
+            self.first_charge = now.max(1);
+        }
         let b = now / BIN_NS;
         let m = raw_ns.max(0) as u64;
         match self.bins.back_mut() {
@@ -172,6 +186,9 @@ impl Correction {
         self.last_update = now;
         let newest = self.obs.back()?.end;
         let from = newest.saturating_sub(WINDOW_NS);
+        if self.first_charge == 0 || from < self.first_charge + SKIP_START_NS {
+            return None;
+        }
         let (mut n, mut s, mut q, mut cover) = (0u64, 0u64, 0u64, 0u64);
         let mut first = u64::MAX;
         for o in self.obs.iter().filter(|o| o.start >= from) {
@@ -201,10 +218,13 @@ impl Correction {
         // rounds the same way in every period, so the errors do not average out), plus what one
         // whole launch at each end of the window can shift between the two measurements.
         let tol = q as f64 / n.max(1) as f64 + 2.0 * lumps as f64 / s as f64 + TOL_MARGIN;
-        if (r - self.k).abs() <= tol * r {
+        self.last_tol = tol;
+        // Consistent with the events within NVML's resolution: no correction (k back to 1).
+        let target = if (r - 1.0).abs() <= tol * r { 1.0 } else { r };
+        if (target - self.k).abs() < 1e-3 {
             return None;
         }
-        let k = (self.k + ALPHA * (r - self.k)).clamp(K_MIN, K_MAX);
+        let k = (self.k + ALPHA * (target - self.k)).clamp(K_MIN, K_MAX);
         if (k - self.k).abs() < 1e-9 {
             return None;
         }
@@ -234,6 +254,15 @@ mod tests {
             }
         }
         t
+    }
+
+    #[test]
+    fn returns_to_one_when_consistent_again() {
+        let mut c = Correction::new();
+        let t = run(&mut c, 1_000 * MS, 8, 0.6, 0.4, 166 * MS);
+        assert!(c.k() < 0.8);
+        run(&mut c, t, 12, 0.5, 0.5, 166 * MS);
+        assert!((c.k() - 1.0).abs() < 0.01, "k = {}", c.k());
     }
 
     #[test]

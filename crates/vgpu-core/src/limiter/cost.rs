@@ -12,21 +12,35 @@
 //!   [`super::correction`], removes what bias remains when NVML can measure the truth.)
 //! * A signature never measured is charged a **guess**: the per-block time of another grid of the
 //!   same function scaled to this grid, else the most recent estimate of any signature (both
-//!   taken from *settled* estimates only, so one inflated first sample is not propagated).
+//!   taken from *confirmed* estimates only, so one inflated first sample is not propagated).
 //! * **Reconciliation by account.** Admitted launches ([`CostModel::admitted`]; a prediction that
 //!   waits records nothing) join the signature's open account. Each sample re-prices the whole
 //!   account at the new estimate and returns the difference for the bucket (debt or refund), so
 //!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected.
-//!   While the estimate is unsettled (< [`WARMUP`] samples) the account stays open from the first
-//!   launch; afterwards it closes at every sample.
+//!   The account closes only when a *clean* sample confirms the estimate: the sample lies in the
+//!   cluster and at least two recent samples agree on it ([`Estimator::confirmed`]). Under
+//!   persistent contention (clean samples rare) everything charged at an inflated estimate is
+//!   refunded when the first clean samples arrive.
 //!   While a signature with no basis for a guess has its first sample in flight, further launches of
-//!   it are asked to wait for that sample ([`Prediction::wait_for_first`]), which bounds how much
-//!   unknown work can be queued.
+//!   it, and of any other such signature, are asked to wait for that sample
+//!   ([`Prediction::wait_for_first`]): at most one launch of unknown cost is in flight per process,
+//!   which bounds how much unmeasured work can be queued (four processes starting together would
+//!   otherwise fill the device with work charged at a 100 µs guess).
 
 use std::collections::HashMap;
 
 /// Samples kept per signature.
-pub const RING: usize = 16;
+pub const RING: usize = 32;
+/// The floor of the estimate: smallest sample per bucket, over this many buckets of this length.
+pub const FLOOR_BUCKETS: usize = 16;
+pub const FLOOR_BUCKET_NS: u64 = 1_000_000_000;
+/// A due sample is deferred while the launch stream is idle, at most this many times in a row
+/// (a launch behind our own queued work measures its own duration; one on an idle stream may
+/// first wait behind other processes' work).
+pub const MAX_IDLE_DEFERS: u8 = 3;
+/// ... for kernels shorter than this (longer ones are sampled at every due launch: their samples
+/// are few and the event pair costs nothing relative to them).
+pub const DEFER_BELOW_NS: u64 = 1_000_000;
 /// The low cluster: samples ≤ min × (1 + CLUSTER_PPM/1e6).
 pub const CLUSTER_PPM: u64 = 100_000;
 /// Samples older than this are dropped (the newest [`KEEP_MIN`] always stay).
@@ -75,22 +89,37 @@ impl Sig {
     }
 }
 
-/// Low-cluster estimator over the last [`RING`] samples.
+/// Low-cluster estimator: the recent samples within [`CLUSTER_PPM`] of a floor, where the floor
+/// is the smallest sample of the last [`FLOOR_BUCKETS`] × [`FLOOR_BUCKET_NS`] (so a stretch of
+/// contended samples longer than the ring does not lift the estimate).
 #[derive(Clone, Debug, Default)]
 pub struct Estimator {
     vals: [u64; RING],
     at: [u64; RING],
     /// Samples pushed (slot of sample i is i % RING).
     n: usize,
+    /// (bucket epoch, smallest sample in it).
+    floor: [(u64, u64); FLOOR_BUCKETS],
     est: Option<u64>,
+    /// Upper edge of the cluster and how many recent samples lie in it.
+    lim: u64,
+    cluster_n: u32,
 }
 
 impl Estimator {
     pub fn push(&mut self, v: u64, now: u64) {
+        let v = v.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS);
         let i = self.n % RING;
-        self.vals[i] = v.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS);
+        self.vals[i] = v;
         self.at[i] = now;
         self.n += 1;
+        let ep = now / FLOOR_BUCKET_NS + 1; // 0 = empty bucket
+        let b = &mut self.floor[(ep % FLOOR_BUCKETS as u64) as usize];
+        if b.0 != ep {
+            *b = (ep, v);
+        } else {
+            b.1 = b.1.min(v);
+        }
         self.recompute(now);
     }
 
@@ -105,17 +134,33 @@ impl Estimator {
     }
 
     fn recompute(&mut self, now: u64) {
-        let Some(min) = self.live(now).min() else {
+        let ep = now / FLOOR_BUCKET_NS + 1;
+        let oldest = ep.saturating_sub(FLOOR_BUCKETS as u64 - 1);
+        let bucket_min = self.floor.iter().filter(|(e, _)| *e != 0 && *e >= oldest && *e <= ep).map(|(_, v)| *v).min();
+        let Some(floor) = self.live(now).min().into_iter().chain(bucket_min).min() else {
             self.est = None;
             return;
         };
-        let lim = min + (min as u128 * CLUSTER_PPM as u128 / 1_000_000) as u64;
+        let lim = floor + (floor as u128 * CLUSTER_PPM as u128 / 1_000_000) as u64;
         let (mut sum, mut cnt) = (0u128, 0u128);
         for v in self.live(now).filter(|&v| v <= lim) {
             sum += v as u128;
             cnt += 1;
         }
-        self.est = Some((sum / cnt.max(1)) as u64);
+        self.est = Some(if cnt == 0 { floor } else { (sum / cnt) as u64 });
+        self.lim = lim;
+        self.cluster_n = cnt as u32;
+    }
+
+    /// At least two recent samples agree on the estimate (within the cluster band). Inflated
+    /// samples wait for different lengths and rarely agree; clean ones do.
+    pub fn confirmed(&self) -> bool {
+        self.cluster_n >= 2
+    }
+
+    /// Is `v` a sample inside the current cluster?
+    pub fn in_cluster(&self, v: u64) -> bool {
+        self.est.is_some() && v.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS) <= self.lim
     }
 
     pub fn value(&self) -> Option<u64> {
@@ -134,10 +179,13 @@ struct Entry {
     last_sample_at: u64,
     /// The open account: launches admitted since it opened and what they have been charged so far
     /// (including earlier reconciliations). Every sample re-prices the account at the new
-    /// estimate; the account closes at each sample once the estimate is settled (≥ WARMUP samples).
+    /// estimate; the account closes when a clean sample confirms the estimate.
     acct_n: u64,
     acct_charged: u64,
     last_use: u64,
+    idle_defers: u8,
+    /// A first sample (no estimate, no basis for a guess) is in flight.
+    first_pending: bool,
 }
 
 /// The prediction for one launch.
@@ -163,6 +211,8 @@ pub struct CostModel {
     per_block_ps: HashMap<(u8, u64), u64>,
     last_estimate: u64,
     last_sample_start: u64,
+    /// Signatures whose first sample is in flight with no basis for their guess.
+    unknown_in_flight: u32,
 }
 
 impl Default for CostModel {
@@ -173,7 +223,7 @@ impl Default for CostModel {
 
 impl CostModel {
     pub fn new() -> CostModel {
-        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0 }
+        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0, unknown_in_flight: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -207,6 +257,7 @@ impl CostModel {
         if self.map.len() >= MAX_ENTRIES {
             self.map.retain(|_, e| e.pending);
         }
+        self.unknown_in_flight = self.map.values().filter(|e| e.first_pending).count() as u32;
         if self.per_block_ps.len() >= MAX_ENTRIES {
             self.per_block_ps.clear();
         }
@@ -231,7 +282,12 @@ impl CostModel {
                 };
                 Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false }
             }
-            None => Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: e.pending && !based },
+            None => {
+                // At most one launch of unknown cost in flight per process: a second unknown
+                // signature also waits for the first one's sample.
+                let wait = !based && (e.pending || (self.unknown_in_flight > 0 && !e.first_pending));
+                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait }
+            }
         }
     }
 
@@ -253,9 +309,28 @@ impl CostModel {
         }
     }
 
+    /// A sample is due (`Prediction::sample`) and the launch stream is `idle`: should it wait for
+    /// a launch that queues behind our own work? (Never during warm-up; at most
+    /// [`MAX_IDLE_DEFERS`] times in a row, so synchronous workloads are still sampled.)
+    pub fn defer_sample(&mut self, sig: Sig, idle: bool) -> bool {
+        let Some(e) = self.map.get_mut(&sig) else { return false };
+        let short = e.est.value().is_some_and(|v| v < DEFER_BELOW_NS);
+        if !idle || !short || e.est.count() < WARMUP || e.idle_defers >= MAX_IDLE_DEFERS {
+            e.idle_defers = 0;
+            return false;
+        }
+        e.idle_defers += 1;
+        true
+    }
+
     /// The timing events of a sample for `sig` were recorded.
     pub fn sample_started(&mut self, sig: Sig, now: u64) {
+        let based = self.guess(&sig).1;
         let e = self.map.entry(sig).or_default();
+        if e.est.value().is_none() && !based && !e.first_pending {
+            e.first_pending = true;
+            self.unknown_in_flight += 1;
+        }
         e.pending = true;
         e.last_sample_at = now;
         self.last_sample_start = now;
@@ -270,6 +345,10 @@ impl CostModel {
     pub fn sample_failed(&mut self, sig: Sig) {
         if let Some(e) = self.map.get_mut(&sig) {
             e.pending = false;
+            if e.first_pending {
+                e.first_pending = false;
+                self.unknown_in_flight = self.unknown_in_flight.saturating_sub(1);
+            }
         }
     }
 
@@ -278,17 +357,22 @@ impl CostModel {
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
         let e = self.map.entry(sig).or_default();
         e.pending = false;
+        if e.first_pending {
+            e.first_pending = false;
+            self.unknown_in_flight = self.unknown_in_flight.saturating_sub(1);
+        }
         e.est.push(measured_ns, now);
         let est = e.est.value().unwrap_or(measured_ns);
         let target = (e.acct_n as u128 * est as u128).min(i64::MAX as u128 / 4) as u64;
         let delta = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
         e.acct_charged = target;
-        if e.est.count() >= WARMUP {
+        if !e.est.confirmed() {
+            return delta;
+        }
+        if e.est.in_cluster(measured_ns) {
+            // A clean sample confirms the estimate: what was charged so far stands.
             e.acct_n = 0;
             e.acct_charged = 0;
-        }
-        if e.est.count() < WARMUP {
-            return delta;
         }
         self.last_estimate = est;
         if sig.kind == KIND_KERNEL {
@@ -322,13 +406,46 @@ mod tests {
     }
 
     #[test]
+    fn floor_survives_a_stretch_of_contended_samples() {
+        let mut e = Estimator::default();
+        e.push(50 * US, 0);
+        // 40 contended samples in a row (more than the ring), within the floor's horizon.
+        for i in 1..=40u64 {
+            e.push((100 + i) * US, i * MS);
+        }
+        assert_eq!(e.value(), Some(50 * US));
+        // A clean sample joins the cluster.
+        e.push(52 * US, 41 * MS);
+        assert_eq!(e.value(), Some(52 * US));
+    }
+
+    #[test]
+    fn idle_stream_samples_are_deferred_after_warmup() {
+        let mut m = CostModel::new();
+        let s = k(50);
+        m.predict(s, 0);
+        // Warm-up: never deferred.
+        assert!(!m.defer_sample(s, true));
+        for i in 0..WARMUP as u64 {
+            m.sample_started(s, i);
+            m.sample_done(s, 50 * US, i + 1);
+        }
+        for _ in 0..MAX_IDLE_DEFERS {
+            assert!(m.defer_sample(s, true));
+        }
+        assert!(!m.defer_sample(s, true)); // then sampled anyway
+        assert!(m.defer_sample(s, true));
+        assert!(!m.defer_sample(s, false)); // a busy stream is sampled at once
+    }
+
+    #[test]
     fn old_samples_age_out_but_newest_stay() {
         let mut e = Estimator::default();
         for i in 0..RING as u64 {
             e.push(10 * US, i);
         }
-        // The kernel got slower; after MAX_AGE the old fast samples are gone.
-        let later = MAX_AGE_NS + 100 * MS;
+        // The kernel got slower; once the floor horizon has passed the old fast samples are gone.
+        let later = (FLOOR_BUCKETS as u64 + 1) * FLOOR_BUCKET_NS + MAX_AGE_NS;
         for i in 0..KEEP_MIN as u64 {
             e.push(20 * US, later + i);
         }
@@ -361,6 +478,26 @@ mod tests {
         let p3 = m.predict(k(50), t + 31 * MS);
         assert_eq!(p3.cost_ns, 20 * MS);
         assert!(!p3.guessed);
+    }
+
+    #[test]
+    fn one_unknown_launch_in_flight_per_process() {
+        let mut m = CostModel::new();
+        let (a, b) = (k(50), Sig::kernel(0x2000, [20000, 1, 1], [128, 1, 1], 0));
+        let pa = m.predict(a, 0);
+        m.admitted(a, &pa);
+        m.sample_started(a, 0);
+        // Another unknown signature waits for a's first sample...
+        assert!(m.predict(b, 1).wait_for_first);
+        m.sample_done(a, 50 * US, 100 * US);
+        // ... and goes once it is in.
+        let pb = m.predict(b, 200 * US);
+        assert!(!pb.wait_for_first && pb.sample);
+        m.admitted(b, &pb);
+        m.sample_started(b, 200 * US);
+        assert!(m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 300 * US).wait_for_first);
+        m.sample_failed(b);
+        assert!(!m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 400 * US).wait_for_first);
     }
 
     #[test]

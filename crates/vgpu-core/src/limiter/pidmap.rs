@@ -10,9 +10,14 @@
 //!    The new PIDs contain ours.
 //! 2. **Eliminate** PIDs that other live slots of the region have already claimed, PIDs that are
 //!    gone, and PIDs ruled out by evidence (below). One left: resolved ([`How::Unique`]).
-//! 3. **Identity** tie-break: if several remain and our own `getpid()` is among them, we share the
+//! 3. **Fork order** tie-break: a fork allocates the new PID in every namespace at once, so within
+//!    one container host PIDs increase with container PIDs (barring wrap-around). Candidates that
+//!    contradict the order of the container's already resolved (pid, host pid) pairs are dropped
+//!    ([`How::Order`]). When as many candidates remain as the container has unresolved processes,
+//!    they are matched by rank.
+//! 4. **Identity** tie-break: if several remain and our own `getpid()` is among them, we share the
 //!    PID namespace with NVML ([`How::Identity`]).
-//! 4. **Evidence**, gathered by the watcher every NVML period, resolves what is still ambiguous
+//! 5. **Evidence**, gathered by the watcher every NVML period, resolves what is still ambiguous
 //!    (processes of this or another container that created contexts at the same moment): a
 //!    candidate busy while this process had no work at all, or idle while this process was
 //!    measurably busy, is not us ([`PidResolver::observe`]). Two contradicting periods are needed,
@@ -34,6 +39,7 @@ pub const FOREIGN_UTIL: u32 = 5;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum How {
     Unique,
+    Order,
     Identity,
     Evidence,
 }
@@ -56,6 +62,10 @@ pub struct View<'a> {
     pub claimed: &'a [u32],
     /// `getpid()`.
     pub my_pid: u32,
+    /// (container pid, host pid) of the other live slots that have a host PID.
+    pub pairs: &'a [(u32, u32)],
+    /// Container pids of the live slots without a host PID (ours included).
+    pub unresolved: &'a [u32],
 }
 
 impl PidResolver {
@@ -113,10 +123,22 @@ impl PidResolver {
             self.resolved = None;
         }
         let c = self.candidates(v);
+        let ordered: Vec<u32> = c
+            .iter()
+            .copied()
+            .filter(|&h| v.pairs.iter().all(|&(p, hp)| p == v.my_pid || (p < v.my_pid) == (hp < h)))
+            .collect();
         let r = match c.len() {
             0 => None,
             1 => Some((c[0], if self.strikes.is_empty() { How::Unique } else { How::Evidence })),
+            _ if ordered.len() == 1 => Some((ordered[0], How::Order)),
             _ if c.contains(&v.my_pid) => Some((v.my_pid, How::Identity)),
+            // As many candidates as unresolved processes: match them by fork order.
+            n if n == v.unresolved.len() && v.unresolved.contains(&v.my_pid) => {
+                let mut u = v.unresolved.to_vec();
+                u.sort_unstable();
+                u.iter().position(|&p| p == v.my_pid).map(|i| (c[i], How::Order))
+            }
             _ => None,
         };
         self.resolved = r;
@@ -167,7 +189,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(present: &'a [u32], claimed: &'a [u32], my_pid: u32) -> View<'a> {
-        View { present, claimed, my_pid }
+        View { present, claimed, my_pid, pairs: &[], unresolved: &[] }
     }
 
     #[test]
@@ -197,6 +219,30 @@ mod tests {
         assert_eq!(a.step(&view(&present, &[], 10)), Some((1010, How::Unique)));
         assert_eq!(b.step(&view(&present, &[1010], 11)), Some((1011, How::Unique)));
         assert_eq!(c.step(&view(&present, &[1010, 1011], 12)), Some((1012, How::Unique)));
+    }
+
+    #[test]
+    fn fork_order_tie_break() {
+        // Container pids 2..=5 (namespace), host pids 1002..=1005 (offset); 3 and 5 resolved.
+        // 2 and 4 both see {1002, 1004}: the order of the resolved pairs tells them apart.
+        let present = [1002, 1003, 1004, 1005];
+        let claimed = [1003, 1005];
+        let pairs = [(3, 1003), (5, 1005)];
+        for (me, want) in [(2, 1002), (4, 1004)] {
+            let mut r = PidResolver::new();
+            r.set_before(vec![]);
+            r.set_after(vec![1002, 1004]);
+            let v = View { present: &present, claimed: &claimed, my_pid: me, pairs: &pairs, unresolved: &[] };
+            assert_eq!(r.step(&v), Some((want, How::Order)));
+        }
+        // Nobody resolved yet: two unresolved processes, two candidates, matched by rank.
+        for (me, want) in [(2, 1002), (4, 1004)] {
+            let mut r = PidResolver::new();
+            r.set_before(vec![]);
+            r.set_after(vec![1002, 1004]);
+            let v = View { present: &present, claimed: &[], my_pid: me, pairs: &[], unresolved: &[4, 2] };
+            assert_eq!(r.step(&v), Some((want, How::Order)));
+        }
     }
 
     #[test]

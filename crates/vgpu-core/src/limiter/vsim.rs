@@ -149,7 +149,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 let delta = p.model.sample_done(sig, measured, now);
                 if let Some(prm) = params[ci] {
                     let k = p.corr.k();
-                    Bucket::attach(&states[ci], prm).charge((delta as f64 * k) as i64);
+                    Bucket::attach(&states[ci], prm).reprice((delta as f64 * k) as i64);
                     p.corr.add_charge(now, delta);
                 }
                 p.pending.swap_remove(i);
@@ -195,7 +195,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 }
                 p.model.admitted(sig, &pred);
                 p.corr.add_charge(now, pred.cost_ns as i64);
-                sample = pred.sample;
+                sample = pred.sample && !p.model.defer_sample(sig, p.stream_tail <= now);
             }
             p.n += 1;
             (sig, dur, sample)
@@ -216,7 +216,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         p.launched += 1;
         if std::env::var("VSIM_TRACE").is_ok() && dur > MS {
             let bal = params[ci].map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
-            println!("t={:.3} p{pi} launch start={:.3} wait={:.3}ms est={:?} bal={:.3}ms sample={sample}", (now - t0) as f64 / 1e9, (start - t0) as f64 / 1e9, (start - start_ev) as f64 / 1e6, p.model.estimate(&sig), bal as f64 / 1e6);
+            if ci == 0 { println!("t={:.3} p{pi} launch start={:.3} wait={:.3}ms est={:?} bal={:.3}ms sample={sample}", (now - t0) as f64 / 1e9, (start - t0) as f64 / 1e9, (start - start_ev) as f64 / 1e6, p.model.estimate(&sig), bal as f64 / 1e6); }
         }
         if sample {
             p.model.sample_started(sig, now);
@@ -313,6 +313,23 @@ fn debug_one() {
         for seed in 1..4 {
             let o = run(&scenario(vec![(lim, np, w)], nvml, seed));
             println!("{w:?} seed {seed}: {:.2} launched {:?}", o.share[0], o.launched);
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn debug_pair() {
+    let only: Option<u64> = std::env::var("SEED").ok().and_then(|v| v.parse().ok());
+    for w in [SHORT, LONG, MIX] {
+        for nvml in [true, false] {
+            for seed in [99, 1, 2] {
+                if only.is_some_and(|o| o != seed) || (only.is_some() && (nvml || !matches!(w, Work::Fixed(20_000_000)))) {
+                    continue;
+                }
+                let o = run(&scenario(vec![(30, 2, w), (60, 2, w)], nvml, seed));
+                println!("{w:?} nvml {nvml} seed {seed}: {:?}", o.share);
+            }
         }
     }
 }
