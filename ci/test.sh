@@ -7,7 +7,7 @@ ci/deps.sh
 ci/venv.sh >/dev/null            # python venv with NVIDIA's cuda-bindings and pynvml
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
-cargo test --workspace -- --test-threads=2
+cargo test --workspace --no-fail-fast -- --test-threads=2
 ci/gpu-validate.sh --dry-run     # the GPU validation flow, on the simulated GPU
 shellcheck ci/*.sh .ci/run
 echo "ci/test.sh: all checks passed"

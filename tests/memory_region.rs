@@ -213,7 +213,11 @@ fn half_created_zero_file_is_initialised_in_place() {
     let path = sb.region();
     std::fs::write(&path, vec![0u8; off::C_FILE_SIZE]).unwrap();
     let ino = std::fs::metadata(&path).unwrap().ino();
-    let mut c = client(&sb).env("CUDA_DEVICE_MEMORY_LIMIT", "64m").env("CUDA_TASK_PRIORITY", 0).spawn();
+    let mut c = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "64m")
+        .env("CUDA_TASK_PRIORITY", 0)
+        .env("VGPU_SIM_CTX_MIB", 8)
+        .spawn();
     c.init_ctx(0);
     let s = locked_snap(&path);
     assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
