@@ -6,6 +6,7 @@
 #
 #   ci/bench_compute.sh            full table (~6 min on 2 cores)
 #   BENCH_QUICK=1 ci/bench_compute.sh   a few cells only
+#   BENCH_SECTIONS=main,pair,nonvml,under,latency   (default: all)
 #
 # Output: a markdown report on stdout; report, CSV and plot in $BENCH_OUT (default
 # target/bench-compute/: compute.md, compute.csv, share_over_time.png).
@@ -36,6 +37,7 @@ import os, subprocess, sys, time, struct, zlib, statistics
 CLIENT = os.environ["BENCH_CLIENT"]; SHIM = os.environ["BENCH_SHIM"]; SIMCTL = os.environ["BENCH_SIMCTL"]
 SIMLIB = os.environ["BENCH_SIMLIB"]; WORK = os.environ["BENCH_WORK"]; OUT = os.environ["BENCH_OUT"]
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+SECTIONS = set((os.environ.get("BENCH_SECTIONS") or "main,pair,nonvml,under,latency").split(","))
 PID_OFFSET = os.environ.get("BENCH_PID_OFFSET", "100000")
 SETTLE, WINDOW, STEP_MS = 1.0, 5.0, 100
 
@@ -123,6 +125,7 @@ if QUICK:
     WORKLOADS, LIMITS = WORKLOADS[:1] + WORKLOADS[2:], [25, 75]
 
 misses = []
+trace = {}
 out("## Compute: share of device time (simulated GPU, exact per-process busy time)")
 out()
 out(f"Window: {WINDOW:.0f} s after {SETTLE:.0f} s settling; policy force; NVML reports pid + {PID_OFFSET} (PID namespace). "
@@ -130,8 +133,7 @@ out(f"Window: {WINDOW:.0f} s after {SETTLE:.0f} s settling; policy force; NVML r
 out()
 out("| workload | processes | limit | share | error | worst 1 s | launches |")
 out("|---|---:|---:|---:|---:|---:|---:|")
-trace = {}
-for wname, wargs in WORKLOADS:
+for wname, wargs in (WORKLOADS if "main" in SECTIONS else []):
     for n in (1, 4):
         for lim in LIMITS:
             (win, secs, series, nl), = run_cell([(lim, n)], wargs)
@@ -150,7 +152,7 @@ out("### Two containers on one device, limits 30 and 60 (1 process each)")
 out()
 out("| workload | share (limit 30) | error | share (limit 60) | error | sum |")
 out("|---|---:|---:|---:|---:|---:|")
-for wname, wargs in (WORKLOADS if not QUICK else WORKLOADS[:1]):
+for wname, wargs in ((WORKLOADS if not QUICK else WORKLOADS[:1]) if "pair" in SECTIONS else []):
     (a, _, _, _), (b, _, _, _) = run_cell([(30, 1), (60, 1)], wargs)
     for lim, v in ((30, a), (60, b)):
         if abs(v - lim) > 3:
@@ -163,7 +165,7 @@ out("### Without NVML per-process utilisation (VGPU_SIM_NO_PROC_UTIL=1: events o
 out()
 out("| workload | processes | limit | share | error |")
 out("|---|---:|---:|---:|---:|")
-for wname, wargs in (WORKLOADS if not QUICK else WORKLOADS[:1]):
+for wname, wargs in ((WORKLOADS if not QUICK else WORKLOADS[:1]) if "nonvml" in SECTIONS else []):
     for n in (1, 4):
         for lim in ([25, 75] if not QUICK else [50]):
             (win, _, _, _), = run_cell([(lim, n)], wargs, {"VGPU_SIM_NO_PROC_UTIL": "1"})
@@ -175,8 +177,9 @@ out("### Under-limit workloads are not slowed")
 out()
 out("| workload | limit | launches without shim | with shim | change | share with shim |")
 out("|---|---:|---:|---:|---:|---:|")
-for wname, wargs, lim in [("1 ms kernel + sync + 3 ms sleep", ["--kernel-us", "1000", "--pace-us", "3000"], 50),
-                          ("50 us kernel + sync + 150 us sleep", ["--kernel-us", "50", "--pace-us", "150"], 30)]:
+UNDER = [("1 ms kernel + sync + 3 ms sleep", ["--kernel-us", "1000", "--pace-us", "3000"], 50),
+         ("50 us kernel + sync + 150 us sleep", ["--kernel-us", "50", "--pace-us", "150"], 30)]
+for wname, wargs, lim in (UNDER if "under" in SECTIONS else []):
     (w0, _, _, n0), = run_cell([(None, 1)], wargs)
     (w1, _, _, n1), = run_cell([(lim, 1)], wargs)
     out(f"| {wname} | {lim} | {n0} | {n1} | {(n1 - n0) / n0 * 100:+.2f} % | {w1:.2f} |")
@@ -185,28 +188,30 @@ out()
 
 out("### Launch latency (cuLaunchKernel, 1 us kernels, no back-pressure), ns per call")
 out()
+out("Configurations interleaved, 7 rounds of 200 000 launches; medians over rounds; 'added' = median of the")
+out("per-round differences of p50 against no shim (the simulator's own launch costs ~0.5 us and varies by ~50 ns).")
+out()
 out("| configuration | p50 | p99 | mean | added (p50) |")
 out("|---|---:|---:|---:|---:|")
-def latency(extra, shim, reps=3):
-    vals = []
-    for _ in range(reps):
-        state = os.path.join(WORK, f"lat{mono_ns()}.state")
-        env = base_env(state, {"VGPU_SIM_MAX_QUEUE_US": "100000000", **extra})
-        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = state + ".cache"
-        if shim:
-            env["LD_PRELOAD"] = SHIM
-        o = subprocess.run([CLIENT, "--count", "200000", "--kernel-us", "1", "--latency"], env=env,
-                           capture_output=True, text=True, check=True).stdout
-        kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
-        vals.append((int(kv["lat_p50_ns"]), int(kv["lat_p99_ns"]), int(kv["lat_mean_ns"])))
-    return tuple(statistics.median(v[i] for v in vals) for i in range(3))
-base = latency({}, False)
-out(f"| no shim | {base[0]:.0f} | {base[1]:.0f} | {base[2]:.0f} | |")
-for name, extra in [("shim, no limit", {}), ("shim, CUDA_DEVICE_SM_LIMIT=100", {"CUDA_DEVICE_SM_LIMIT": "100"}),
-                    ("shim, limit 50, policy disable", {"CUDA_DEVICE_SM_LIMIT": "50", "GPU_CORE_UTILIZATION_POLICY": "disable"})]:
-    v = latency(extra, True)
-    out(f"| {name} | {v[0]:.0f} | {v[1]:.0f} | {v[2]:.0f} | {v[0] - base[0]:+.0f} |")
-    csv.append(f"latency,{name},1,,{v[0]},{v[0] - base[0]},{v[1]},")
+def latency_once(extra, shim):
+    state = os.path.join(WORK, f"lat{mono_ns()}.state")
+    env = base_env(state, {"VGPU_SIM_MAX_QUEUE_US": "100000000", **extra})
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = state + ".cache"
+    if shim:
+        env["LD_PRELOAD"] = SHIM
+    o = subprocess.run([CLIENT, "--count", "200000", "--kernel-us", "1", "--latency"], env=env,
+                       capture_output=True, text=True, check=True).stdout
+    kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
+    return (int(kv["lat_p50_ns"]), int(kv["lat_p99_ns"]), int(kv["lat_mean_ns"]))
+CONFIGS = [("no shim", {}, False), ("shim, no limit", {}, True),
+           ("shim, CUDA_DEVICE_SM_LIMIT=100", {"CUDA_DEVICE_SM_LIMIT": "100"}, True),
+           ("shim, limit 50, policy disable", {"CUDA_DEVICE_SM_LIMIT": "50", "GPU_CORE_UTILIZATION_POLICY": "disable"}, True)]
+rounds = [[latency_once(e, sh) for _, e, sh in CONFIGS] for _ in range(3 if QUICK else 7)] if "latency" in SECTIONS else []
+for i, (name, _, _) in enumerate(CONFIGS if rounds else []):
+    med = [statistics.median(r[i][j] for r in rounds) for j in range(3)]
+    added = statistics.median(r[i][0] - r[0][0] for r in rounds)
+    out(f"| {name} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | {'' if i == 0 else f'{added:+.0f}'} |")
+    csv.append(f"latency,{name},1,,{med[0]},{added},{med[1]},")
 out()
 
 # ---- plot: share over time per limit (1 process, 50 us kernels), a tiny PNG writer ----
@@ -214,7 +219,7 @@ FONT = {  # 3x5 glyphs, rows top to bottom
     "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
     "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
     "8": "111101111101111", "9": "111101111001111", "%": "101001010100101", " ": "000000000000000",
-    "S": "111100111001111", "H": "101101111101101", "A": "010101111101101", "R": "110101110101101",
+    "S": "011100010001110", "H": "101101111101101", "A": "010101111101101", "R": "110101110101101",
     "E": "111100111100111", "T": "111010010010010", "I": "111010010010111", "M": "101111111101101",
     "L": "100100100100111", "P": "110101110100100", "O": "111101101101111", "C": "111100100100111",
     "U": "101101101101111", "N": "110101101101101", "K": "101101110101101", "=": "000111000111000",
@@ -255,7 +260,7 @@ for t in range(0, int(T) + 1):
     line(X(t), MT, X(t), MT + ph, (235, 235, 235)); text(X(t) - 4, MT + ph + 10, f"{t}")
 line(ML, MT, ML, MT + ph, (0, 0, 0)); line(ML, MT + ph, ML + pw, MT + ph, (0, 0, 0))
 line(X(SETTLE), MT, X(SETTLE), MT + ph, (160, 160, 160))
-text(ML, 12, "SHARE % PER 100 MS VS TIME S (1 PROCESS, 50US KERNELS)")
+text(ML, 12, "SHARE % PER 100 MS VS TIME S  -  1 PROCESS, 50 US KERNELS")
 text(ML + pw // 2 - 20, H - 24, "TIME S")
 colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
 for i, lim in enumerate(sorted(trace)):
@@ -274,10 +279,11 @@ def chunk(t, d):
     return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
 png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0)) + \
       chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-with open(os.path.join(OUT, "share_over_time.png"), "wb") as f:
-    f.write(png)
-out(f"Plot: {os.path.join(OUT, 'share_over_time.png')} (share per 100 ms, one line per limit; dashed: the limit; grey: end of settling).")
-out()
+if trace:
+    with open(os.path.join(OUT, "share_over_time.png"), "wb") as f:
+        f.write(png)
+    out(f"Plot: {os.path.join(OUT, 'share_over_time.png')} (share per 100 ms, one line per limit; dashed: the limit; grey: end of settling).")
+    out()
 if misses:
     out("Cells outside +-3 points: " + "; ".join(misses))
 else:

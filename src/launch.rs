@@ -5,6 +5,9 @@
 //! nothing else. Set: [`compute::before`] admits the launch (may sleep), the real call runs, and
 //! [`compute::after`] finishes it (timing event, refund of a failed launch).
 
+// The driver's own signatures.
+#![allow(clippy::too_many_arguments)]
+
 use crate::compute;
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;

@@ -134,10 +134,10 @@ fn busy(sb: &Sandbox) -> HashMap<u32, u64> {
 
 fn read_pid(p: &Path) -> u32 {
     for _ in 0..500 {
-        if let Ok(s) = std::fs::read_to_string(p) {
-            if let Ok(v) = s.trim().parse() {
-                return v;
-            }
+        if let Ok(s) = std::fs::read_to_string(p)
+            && let Ok(v) = s.trim().parse()
+        {
+            return v;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -261,13 +261,8 @@ fn every_launch_path_is_limited() {
                 s.spawn(move || {
                     let sb = Sandbox::new(&format!("compute_path_{api}"));
                     let mut j = Job::limited(30).args(&["--seconds", "1.5", "--api", api, "--kernel-us", "1000", "--graph-kernels", "2"]);
-                    if api.ends_with("_ptsz") {
-                        j = j.args(&["--stream", "null"]);
-                    } else if *api != "multi" {
-                        j = j.args(&["--stream", "explicit"]);
-                    } else {
-                        j = j.args(&["--stream", "explicit"]);
-                    }
+                    // _ptsz entry points with stream 0 = the per-thread stream; the others explicit.
+                    j = j.args(&["--stream", if api.ends_with("_ptsz") { "null" } else { "explicit" }]);
                     let o = j.go(&sb, 30);
                     (api.to_string(), o)
                 })

@@ -66,10 +66,10 @@ real_fns! {
 /// The calling thread's current context (null if none).
 pub fn current_ctx() -> CUcontext {
     let mut c: CUcontext = std::ptr::null_mut();
-    if let Some(f) = cuCtxGetCurrent() {
-        if unsafe { f(&mut c) } != CUDA_SUCCESS {
-            c = std::ptr::null_mut();
-        }
+    if let Some(f) = cuCtxGetCurrent()
+        && unsafe { f(&mut c) } != CUDA_SUCCESS
+    {
+        c = std::ptr::null_mut();
     }
     c
 }

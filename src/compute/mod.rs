@@ -331,6 +331,7 @@ pub fn fork_child() {
     let p = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let _ = p; // leaked: the parent's copy, unusable here
     unsafe { INIT.force_unlock_if_locked() };
+    watcher::fork_child();
     GATE.store(true, Ordering::Relaxed);
 }
 

@@ -151,10 +151,10 @@ pub fn poll(c: &Compute) -> bool {
                 let k = ctl.corr.k();
                 ctl.corr.add_charge(now, delta);
                 drop(ctl);
-                if delta != 0 {
-                    if let Some(params) = Params::for_limit(dev.limit.load(std::sync::atomic::Ordering::Relaxed)) {
-                        Bucket::attach(c.bucket_state(p.d), params).reprice((delta as f64 * k) as i64);
-                    }
+                if delta != 0
+                    && let Some(params) = Params::for_limit(dev.limit.load(std::sync::atomic::Ordering::Relaxed))
+                {
+                    Bucket::attach(c.bucket_state(p.d), params).reprice((delta as f64 * k) as i64);
                 }
             }
             None => ctl.model.sample_failed(p.sig),

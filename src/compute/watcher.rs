@@ -21,6 +21,13 @@ const NVML_EVERY_NS: u64 = 250_000_000;
 
 static KICK: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 
+/// In a forked child: the parent's watcher may have held the kick lock at the fork.
+pub fn fork_child() {
+    if KICK.0.is_locked() {
+        unsafe { KICK.0.force_unlock() };
+    }
+}
+
 /// Wake the watcher now (a sample was started, a context created).
 pub fn kick() {
     let mut k = KICK.0.lock();
@@ -75,10 +82,10 @@ fn run(c: &'static Compute) {
             c.refresh_control();
             next_ctl = now + CONTROL_EVERY_NS;
         }
-        for d in 0..MAX_DEVICES {
-            if c.devs[d].active.load(Ordering::Relaxed) && now >= nv[d].next {
-                nv[d].next = now + NVML_EVERY_NS;
-                nvml_tick(c, d, &mut nv[d], now);
+        for (d, n) in nv.iter_mut().enumerate() {
+            if c.devs[d].active.load(Ordering::Relaxed) && now >= n.next {
+                n.next = now + NVML_EVERY_NS;
+                nvml_tick(c, d, n, now);
             }
         }
         let mut k = KICK.0.lock();
@@ -154,10 +161,10 @@ fn container_hostpids(c: &Compute) -> Vec<u32> {
 
 /// Records our host PID in our slot (other processes then eliminate it).
 pub(super) fn claim(c: &Compute, d: usize, hp: u32) {
-    if let Some(r) = c.region {
-        if let Err(e) = vgpu_core::slots::set_hostpid(r, c.pid, hp as i32) {
-            crate::debug!("compute: cannot record host pid {hp}: {e}");
-        }
+    if let Some(r) = c.region
+        && let Err(e) = vgpu_core::slots::set_hostpid(r, c.pid, hp as i32)
+    {
+        crate::debug!("compute: cannot record host pid {hp}: {e}");
     }
     crate::debug!("compute: device {d}: host pid {hp}");
 }

@@ -147,7 +147,7 @@ impl Estimator {
             sum += v as u128;
             cnt += 1;
         }
-        self.est = Some(if cnt == 0 { floor } else { (sum / cnt) as u64 });
+        self.est = Some(sum.checked_div(cnt).map_or(floor, |m| m as u64));
         self.lim = lim;
         self.cluster_n = cnt as u32;
     }
@@ -240,11 +240,11 @@ impl CostModel {
     }
 
     fn guess(&self, sig: &Sig) -> (u64, bool) {
-        if sig.kind == KIND_KERNEL {
-            if let Some(&ps) = self.per_block_ps.get(&(sig.kind, sig.obj)) {
-                let g = (ps as u128 * sig.blocks() as u128 / 1000) as u64;
-                return (g.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS), true);
-            }
+        if sig.kind == KIND_KERNEL
+            && let Some(&ps) = self.per_block_ps.get(&(sig.kind, sig.obj))
+        {
+            let g = (ps as u128 * sig.blocks() as u128 / 1000) as u64;
+            return (g.clamp(MIN_SAMPLE_NS, MAX_SAMPLE_NS), true);
         }
         (self.last_estimate, false)
     }
@@ -301,11 +301,11 @@ impl CostModel {
 
     /// An admitted launch did not happen after all (the driver refused it): out of its account.
     pub fn cancelled(&mut self, sig: Sig, p: &Prediction) {
-        if let Some(e) = self.map.get_mut(&sig) {
-            if e.acct_n > 0 {
-                e.acct_n -= 1;
-                e.acct_charged = e.acct_charged.saturating_sub(p.cost_ns);
-            }
+        if let Some(e) = self.map.get_mut(&sig)
+            && e.acct_n > 0
+        {
+            e.acct_n -= 1;
+            e.acct_charged = e.acct_charged.saturating_sub(p.cost_ns);
         }
     }
 
@@ -458,7 +458,7 @@ mod tests {
     #[test]
     fn first_launches_are_guessed_then_reconciled() {
         let mut m = CostModel::new();
-        let t = 1 * MS;
+        let t = MS;
         let p = m.predict(k(50), t);
         assert!(p.guessed && p.sample && !p.wait_for_first);
         assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
@@ -529,11 +529,11 @@ mod tests {
         // 50 µs kernels launched back to back for 100 ms, samples complete 60 µs after start.
         let mut pending_until: Option<u64> = None;
         while t < 100 * MS {
-            if let Some(u) = pending_until {
-                if t >= u {
-                    m.sample_done(k(50), 50 * US, t);
-                    pending_until = None;
-                }
+            if let Some(u) = pending_until
+                && t >= u
+            {
+                m.sample_done(k(50), 50 * US, t);
+                pending_until = None;
             }
             let p = m.predict(k(50), t);
             if p.sample {

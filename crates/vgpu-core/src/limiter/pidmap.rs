@@ -152,10 +152,10 @@ impl PidResolver {
         let Some(busy) = my_busy else { return };
         let util_of = |p: u32| util.iter().filter(|(q, _)| *q == p).map(|(_, u)| *u).max().unwrap_or(0);
         let mut cands = self.candidates(v);
-        if let Some((h, _)) = self.resolved {
-            if !cands.contains(&h) {
-                cands.push(h);
-            }
+        if let Some((h, _)) = self.resolved
+            && !cands.contains(&h)
+        {
+            cands.push(h);
         }
         if cands.len() <= 1 && self.resolved.is_none_or(|(_, how)| how == How::Unique) {
             return; // nothing to disambiguate (a unique diff is trusted)

@@ -127,10 +127,10 @@ pub fn run(sc: &Scenario) -> Outcome {
                     let b: u64 = p.busy.iter().map(|&(s, e)| e.min(now).saturating_sub(s.max(now - PERIOD))).sum();
                     let util = ((b as f64 / PERIOD as f64) * 100.0).round() as u32;
                     p.corr.observe(now - PERIOD, now, util);
-                    if let Some(k) = p.corr.update(now) {
-                        if std::env::var("VSIM_K").is_ok() {
-                            println!("t={:.3} c{} k={k:.3} r={:?}", (now - t0) as f64 / 1e9, p.container, p.corr.last_ratio());
-                        }
+                    if let Some(k) = p.corr.update(now)
+                        && std::env::var("VSIM_K").is_ok()
+                    {
+                        println!("t={:.3} c{} k={k:.3} r={:?}", (now - t0) as f64 / 1e9, p.container, p.corr.last_ratio());
                     }
                 }
             }
@@ -214,9 +214,11 @@ pub fn run(sc: &Scenario) -> Outcome {
         p.stream_tail = kend;
         p.busy.push((start, kend));
         p.launched += 1;
-        if std::env::var("VSIM_TRACE").is_ok() && dur > MS {
+        // Debugging aid: VSIM_TRACE=1 prints container 0's long launches.
+        if ci == 0 && dur > MS && std::env::var("VSIM_TRACE").is_ok() {
             let bal = params[ci].map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
-            if ci == 0 { println!("t={:.3} p{pi} launch start={:.3} wait={:.3}ms est={:?} bal={:.3}ms sample={sample}", (now - t0) as f64 / 1e9, (start - t0) as f64 / 1e9, (start - start_ev) as f64 / 1e6, p.model.estimate(&sig), bal as f64 / 1e6); }
+            let (t, st, w) = ((now - t0) as f64 / 1e9, (start - t0) as f64 / 1e9, (start - start_ev) as f64 / 1e6);
+            println!("t={t:.3} p{pi} start={st:.3} wait={w:.3}ms est={:?} bal={:.3}ms sample={sample}", p.model.estimate(&sig), bal as f64 / 1e6);
         }
         if sample {
             p.model.sample_started(sig, now);
