@@ -51,8 +51,8 @@ called! {
     LIBCUDA fn cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr) -> CUresult;
     LIBCUDA fn cuMemGetAllocationPropertiesFromHandle(*mut CUmemAllocationProp, CUmemGenericAllocationHandle) -> CUresult;
     LIBCUDA fn cuMemPoolGetAttribute(CUmemoryPool, c_int, *mut c_void) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut c_int) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut c_int) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
+    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
     LIBNVML fn nvmlInit_v2() -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetCount_v2(*mut c_uint) -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
@@ -60,4 +60,17 @@ called! {
     LIBNVML fn nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+    LIBCUDA fn cuStreamGetCtx(CUstream, *mut CUcontext) -> CUresult;
+    LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
+    LIBCUDA fn cuStreamQuery(CUstream) -> CUresult;
+    LIBCUDA fn cuStreamQuery_ptsz(CUstream) -> CUresult;
+    LIBCUDA fn cuEventCreate(*mut CUevent, c_uint) -> CUresult;
+    LIBCUDA fn cuEventDestroy_v2(CUevent) -> CUresult;
+    LIBCUDA fn cuEventRecord(CUevent, CUstream) -> CUresult;
+    LIBCUDA fn cuEventRecord_ptsz(CUevent, CUstream) -> CUresult;
+    LIBCUDA fn cuEventQuery(CUevent) -> CUresult;
+    LIBCUDA fn cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
+    LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
+    LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
 }

@@ -1,67 +1,14 @@
-//! Real driver / NVML entry points the compute limiter calls (and does not hook), resolved lazily
-//! from the real libraries and cached. The application's variant rules apply: a `_ptsz` launch
+//! Thin wrappers over the real driver / NVML calls the compute limiter makes (the functions
+//! themselves come from `crate::driver`). The application's variant rules apply: a `_ptsz` launch
 //! is followed by `_ptsz` event records and capture queries on the same stream handle.
 
 #![allow(non_snake_case, dead_code)]
 
-use crate::dl::{LIBCUDA, LIBNVML, RealLib};
 use crate::ffi::*;
-use std::ffi::{CStr, c_uint, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::ffi::c_uint;
 
-fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
-    let p = slot.load(Ordering::Acquire);
-    if !p.is_null() {
-        return p;
-    }
-    let p = lib.sym(name);
-    if !p.is_null() {
-        slot.store(p, Ordering::Release);
-    }
-    p
-}
-
-macro_rules! real_fns {
-    ($( $lib:ident fn $name:ident ( $($ty:ty),* ) -> $ret:ty ; )*) => {
-        $(
-            pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> $ret> {
-                static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-                let name = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                    Ok(c) => c,
-                    Err(_) => return None,
-                };
-                let p = resolve(&SLOT, &$lib, name);
-                if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p) }) }
-            }
-        )*
-    };
-}
-
-real_fns! {
-    LIBCUDA fn cuCtxGetCurrent(*mut CUcontext) -> CUresult;
-    LIBCUDA fn cuCtxGetDevice(*mut CUdevice) -> CUresult;
-    LIBCUDA fn cuCtxPushCurrent_v2(CUcontext) -> CUresult;
-    LIBCUDA fn cuCtxPopCurrent_v2(*mut CUcontext) -> CUresult;
-    LIBCUDA fn cuStreamGetCtx(CUstream, *mut CUcontext) -> CUresult;
-    LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
-    LIBCUDA fn cuStreamQuery(CUstream) -> CUresult;
-    LIBCUDA fn cuStreamQuery_ptsz(CUstream) -> CUresult;
-    LIBCUDA fn cuEventCreate(*mut CUevent, c_uint) -> CUresult;
-    LIBCUDA fn cuEventDestroy_v2(CUevent) -> CUresult;
-    LIBCUDA fn cuEventRecord(CUevent, CUstream) -> CUresult;
-    LIBCUDA fn cuEventRecord_ptsz(CUevent, CUstream) -> CUresult;
-    LIBCUDA fn cuEventQuery(CUevent) -> CUresult;
-    LIBCUDA fn cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
-    LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
-    LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
-    LIBNVML fn nvmlInit_v2() -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
-}
+// The driver/NVML functions the limiter calls live in the one list of `crate::driver`.
+pub use crate::driver::*;
 
 /// The calling thread's current context (null if none).
 pub fn current_ctx() -> CUcontext {
