@@ -48,6 +48,8 @@ called! {
     LIBCUDA fn cuCtxPushCurrent_v2(CUcontext) -> CUresult;
     LIBCUDA fn cuCtxPopCurrent_v2(*mut CUcontext) -> CUresult;
     LIBCUDA fn cuDevicePrimaryCtxGetState(CUdevice, *mut c_uint, *mut c_int) -> CUresult;
+    // cuMemAdvise (v1 ABI): (ptr, bytes, CUmem_advise, device).
+    LIBCUDA fn cuMemAdvise(CUdeviceptr, usize, u32, CUdevice) -> CUresult;
     LIBCUDA fn cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr) -> CUresult;
     LIBCUDA fn cuMemGetAllocationPropertiesFromHandle(*mut CUmemAllocationProp, CUmemGenericAllocationHandle) -> CUresult;
     LIBCUDA fn cuMemPoolGetAttribute(CUmemoryPool, c_int, *mut c_void) -> CUresult;

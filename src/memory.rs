@@ -137,12 +137,35 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size) };
     };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAlloc", || {
+    let r = counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAlloc", || {
         match unsafe { real(dptr, size) } {
             CUDA_SUCCESS => Ok(unsafe { *dptr }),
             e => Err(e),
         }
-    })
+    });
+    if r == CUDA_ERROR_OUT_OF_MEMORY && st.config.oversubscribe {
+        return unsafe { spill_to_host(dptr, size) };
+    }
+    r
+}
+
+/// `CUDA_OVERSUBSCRIBE=true`: an allocation that does not fit is served from managed memory whose
+/// preferred location is host RAM, so the excess lives in host memory (slower to reach from the
+/// GPU) instead of failing. It is not device memory and is not counted against the limit; the
+/// application frees it with `cuMemFree` as usual.
+unsafe fn spill_to_host(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    const PREFERRED_LOCATION: u32 = 3; // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
+    let Some(managed) = crate::hooks::cuda::real::cuMemAllocManaged() else { return CUDA_ERROR_OUT_OF_MEMORY };
+    if unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) } != CUDA_SUCCESS {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let advised = driver::cuMemAdvise()
+        .is_some_and(|advise| unsafe { advise(*dptr, size, PREFERRED_LOCATION, CU_DEVICE_CPU) } == CUDA_SUCCESS);
+    crate::info!(
+        "CUDA_OVERSUBSCRIBE: {size} bytes over the limit served from managed memory{}",
+        if advised { " preferring host RAM" } else { " (driver could not be advised to prefer host RAM)" }
+    );
+    CUDA_SUCCESS
 }
 
 pub unsafe fn mem_alloc_pitch(

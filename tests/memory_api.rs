@@ -463,3 +463,33 @@ fn context_teardown_uncounts_the_allocations_it_freed() {
     c.exit();
     c2.exit();
 }
+
+/// `CUDA_OVERSUBSCRIBE=true`: an allocation beyond the limit is served from managed memory (host
+/// RAM preferred) instead of failing; it is not counted against the limit, and freeing it leaves
+/// the counts untouched. Without the variable the same request is refused.
+#[test]
+fn oversubscribe_serves_the_excess_from_managed_memory() {
+    let sb = Sandbox::new("oversubscribe");
+    let mut c = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "64m")
+        .env("VGPU_SIM_CTX_MIB", 8)
+        .env("CUDA_OVERSUBSCRIBE", "true")
+        .spawn();
+    c.init_ctx(0);
+    let a = c.ok(&format!("alloc {}", 40 * MIB)).id();
+    assert_data(&sb, &c, 40 * MIB);
+    // 40 MiB more does not fit under 64 MiB: served anyway, not counted.
+    let b = c.ok(&format!("alloc {}", 40 * MIB)).id();
+    assert_data(&sb, &c, 40 * MIB);
+    c.ok(&format!("free {b}"));
+    assert_data(&sb, &c, 40 * MIB);
+    c.ok(&format!("free {a}"));
+    assert_data(&sb, &c, 0);
+    c.exit();
+
+    let sb = Sandbox::new("no-oversubscribe");
+    let mut c = start(&sb);
+    c.ok(&format!("alloc {}", 40 * MIB));
+    assert_refused(&sb, &mut c, &format!("alloc {}", 40 * MIB));
+    c.exit();
+}
