@@ -351,7 +351,11 @@ if [ -n "$lb" ] && [ -n "$ls_" ]; then
     d=$(awk -v a="$ls_" -v b="$lb" 'BEGIN{printf "%+.3f", a - b}')
     metric "launch, no shim / shim (µs per launch)" "$lb / $ls_ (Δ $d µs)"
     # The unthrottled launch path must cost little: at most +25 % or +1 µs, whichever is larger.
-    if awk -v a="$ls_" -v b="$lb" 'BEGIN{ lim = b * 0.25; if (lim < 1) lim = 1; exit !(a - b <= lim) }'; then
+    # On the simulated GPU (dry run, shared 2-core CI machines) a timing is a report, never a
+    # verdict: a neighbour's burst must not fail the build.
+    if [ "$DRY" = 1 ]; then
+        record INFO "launch overhead" "$lb → $ls_ µs per launch (Δ $d; timed checks are reported, not enforced, in a dry run)"
+    elif awk -v a="$ls_" -v b="$lb" 'BEGIN{ lim = b * 0.25; if (lim < 1) lim = 1; exit !(a - b <= lim) }'; then
         record PASS "launch overhead" "$lb → $ls_ µs per launch (Δ $d)"
     else
         record FAIL "launch overhead" "$lb → $ls_ µs per launch (Δ $d; allowed max(+25 %, +1 µs))"
