@@ -4,16 +4,10 @@
 # (ci/bench_compute.sh: limiter accuracy table, plot, launch overhead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p libvgpu -p vgpu-sim-cuda -p vgpu-sim-nvml -p vgpu-simctl
-out=target/release
-mkdir -p "$out/simlib" "$out/bench"
-ln -sf ../libcuda.so "$out/simlib/libcuda.so.1"
-ln -sf ../libnvidia_ml.so "$out/simlib/libnvidia-ml.so.1"
+# shellcheck source=ci/simgpu.sh
+. ci/simgpu.sh
+mkdir -p "$out/bench"
 cc -O2 -o "$out/bench/alloc_bench" ci/bench/alloc_bench.c -ldl
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export LD_LIBRARY_PATH="$PWD/$out/simlib" VGPU_SIM_STATE="$work/sim.state"
-shim="$PWD/$out/libvgpu.so"
 iters=${ALLOC_ITERS:-20000}
 
 run_one() { # $1 = with|without, $2 = N processes → prints the mean of the processes' medians

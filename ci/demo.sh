@@ -4,21 +4,17 @@
 # without the shim, for comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p libvgpu -p vgpu-sim-cuda -p vgpu-sim-nvml
-out=target/release
-mkdir -p "$out/simlib" "$out/demo"
-ln -sf ../libcuda.so "$out/simlib/libcuda.so.1"
-ln -sf ../libnvidia_ml.so "$out/simlib/libnvidia-ml.so.1"
+# shellcheck source=ci/simgpu.sh
+. ci/simgpu.sh
+mkdir -p "$out/demo"
 cc -O2 -o "$out/demo/demo_client" ci/demo/demo_client.c -ldl
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export LD_LIBRARY_PATH="$PWD/$out/simlib" VGPU_SIM_STATE="$work/sim.state" VGPU_SIM_MEM_MIB=16384
+export VGPU_SIM_MEM_MIB=16384
 
 echo "== without libvgpu (simulated 16 GiB GPU) =="
 "$out/demo/demo_client"
 echo
 echo "== with libvgpu: CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_SM_LIMIT=30 GPU_CORE_UTILIZATION_POLICY=force =="
-LD_PRELOAD="$PWD/$out/libvgpu.so" CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_SM_LIMIT=30 \
+LD_PRELOAD="$shim" CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_SM_LIMIT=30 \
   GPU_CORE_UTILIZATION_POLICY=force CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/vgpu.cache" \
   "$out/demo/demo_client"
 echo

@@ -37,16 +37,21 @@ fn region_dev(device: nvmlDevice_t) -> Option<usize> {
     (unsafe { f(device, &mut i) } == NVML_SUCCESS && (i as usize) < MAX_DEVICES).then_some(i as usize)
 }
 
+/// After a successful real memory query: (limit, container usage) of the device, if it maps.
+fn limit_and_usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
+    let st = state::get();
+    let dev = region_dev(device)?;
+    Some((st.memory_limit(dev), st.ledger.usage(dev)))
+}
+
 pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, device: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
     let r = unsafe { real(device, m) };
     if r != NVML_SUCCESS || m.is_null() {
         return r;
     }
-    let st = state::get();
-    let Some(dev) = region_dev(device) else { return r };
-    let limit = st.memory_limit(dev);
+    let Some((limit, used)) = limit_and_usage(device) else { return r };
     let mm = unsafe { &mut *m };
-    let v = views::nvml_memory(limit, NvmlMemory { total: mm.total, free: mm.free, used: mm.used }, st.ledger.usage(dev));
+    let v = views::nvml_memory(limit, NvmlMemory { total: mm.total, free: mm.free, used: mm.used }, used);
     (mm.total, mm.free, mm.used) = (v.total, v.free, v.used);
     r
 }
@@ -56,12 +61,10 @@ pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, device: nvml
     if r != NVML_SUCCESS || m.is_null() {
         return r;
     }
-    let st = state::get();
-    let Some(dev) = region_dev(device) else { return r };
-    let limit = st.memory_limit(dev);
+    let Some((limit, used)) = limit_and_usage(device) else { return r };
     let mm = unsafe { &mut *m };
     let phys = NvmlMemoryV2 { total: mm.total, reserved: mm.reserved, free: mm.free, used: mm.used };
-    let v = views::nvml_memory_v2(limit, phys, st.ledger.usage(dev));
+    let v = views::nvml_memory_v2(limit, phys, used);
     (mm.total, mm.reserved, mm.free, mm.used) = (v.total, v.reserved, v.free, v.used);
     r
 }
