@@ -150,7 +150,3 @@ pub unsafe fn ctx_destroy(real: pfn::cuCtxDestroy_v2, ctx: CUcontext) -> CUresul
     }
     r
 }
-
-pub unsafe fn ctx_set_current(real: pfn::cuCtxSetCurrent, ctx: CUcontext) -> CUresult {
-    unsafe { real(ctx) }
-}

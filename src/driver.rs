@@ -1,5 +1,6 @@
 //! Typed access to real driver and NVML functions that the shim calls but does not hook.
-//! One list; each entry is a lazily resolved, cached pointer.
+//! One list; each entry is a lazily resolved, cached pointer. Below it, the few small queries
+//! several modules make through them (current context and device, NVML handles and processes).
 
 #![allow(non_snake_case, dead_code)]
 
@@ -8,7 +9,8 @@ use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
+/// The cached function in `slot`, resolving `name` in `lib` on first use (null if absent).
+pub fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
     let p = slot.load(Ordering::Acquire);
     if !p.is_null() {
         return p;
@@ -75,4 +77,52 @@ called! {
     LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
     LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+}
+
+/// The calling thread's current context (null if none).
+pub fn current_ctx() -> CUcontext {
+    let mut c: CUcontext = std::ptr::null_mut();
+    if let Some(f) = cuCtxGetCurrent()
+        && unsafe { f(&mut c) } != CUDA_SUCCESS
+    {
+        c = std::ptr::null_mut();
+    }
+    c
+}
+
+/// CUDA ordinal of the current context.
+pub fn current_ordinal() -> Option<CUdevice> {
+    let f = cuCtxGetDevice()?;
+    let mut d: CUdevice = 0;
+    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
+}
+
+/// NVML handle of device `index` (initialising NVML; NVML refcounts its init).
+pub fn nvml_handle(index: usize) -> Option<nvmlDevice_t> {
+    let init = nvmlInit_v2()?;
+    if unsafe { init() } != NVML_SUCCESS {
+        return None;
+    }
+    let f = nvmlDeviceGetHandleByIndex_v2()?;
+    let mut h: nvmlDevice_t = std::ptr::null_mut();
+    (unsafe { f(index as c_uint, &mut h) } == NVML_SUCCESS).then_some(h)
+}
+
+/// (pid, used bytes) of the compute processes NVML lists on a device.
+pub fn nvml_processes(h: nvmlDevice_t) -> Option<Vec<(u32, u64)>> {
+    let f = nvmlDeviceGetComputeRunningProcesses_v3().or_else(nvmlDeviceGetComputeRunningProcesses_v2)?;
+    let mut cap: c_uint = 64;
+    for _ in 0..4 {
+        let mut buf: Vec<nvmlProcessInfo_t> = vec![unsafe { std::mem::zeroed() }; cap as usize];
+        let mut n = cap;
+        match unsafe { f(h, &mut n, buf.as_mut_ptr()) } {
+            NVML_SUCCESS => {
+                buf.truncate(n as usize);
+                return Some(buf.iter().map(|p| (p.pid, p.usedGpuMemory)).collect());
+            }
+            NVML_ERROR_INSUFFICIENT_SIZE => cap = n.max(cap * 2) + 8,
+            _ => return None,
+        }
+    }
+    None
 }

@@ -7,7 +7,7 @@
 
 use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::AtomicPtr;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Lib {
@@ -31,19 +31,11 @@ unsafe impl Sync for Hook {}
 impl Hook {
     /// The real driver function, resolving it on first use. Null when the driver lacks it.
     pub fn real_ptr(&self) -> *mut c_void {
-        let p = self.real.load(Ordering::Acquire);
-        if !p.is_null() {
-            return p;
-        }
         let lib = match self.lib {
             Lib::Cuda => &crate::dl::LIBCUDA,
             Lib::Nvml => &crate::dl::LIBNVML,
         };
-        let p = lib.sym(self.name);
-        if !p.is_null() {
-            self.real.store(p, Ordering::Release);
-        }
-        p
+        crate::driver::resolve(self.real, lib, self.name)
     }
 }
 
@@ -174,7 +166,7 @@ pub mod cuda {
         fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut CUexecAffinityParam, num_params: c_int, flags: c_uint, dev: CUdevice) => context::ctx_create_v3;
         fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => context::ctx_create_v4;
         fn cuCtxDestroy_v2(ctx: CUcontext) => context::ctx_destroy;
-        fn cuCtxSetCurrent(ctx: CUcontext) => context::ctx_set_current;
+        fn cuCtxSetCurrent(ctx: CUcontext);
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

@@ -8,23 +8,19 @@ use crate::driver;
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;
 use crate::state::{self, State};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::c_uint;
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
 use vgpu_core::region::UsageKind;
 use vgpu_core::{slots, views};
 
-/// CUDA ordinal of the calling thread's current context.
-pub fn current_ordinal() -> Option<CUdevice> {
-    let f = driver::cuCtxGetDevice()?;
-    let mut d: CUdevice = 0;
-    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
+/// The calling thread's current context: the owner of what it allocates (0 if none).
+fn current_ctx() -> u64 {
+    driver::current_ctx() as u64
 }
 
-/// The calling thread's current context (the owner of what it allocates), 0 if none.
-pub fn current_ctx() -> u64 {
-    let Some(f) = driver::cuCtxGetCurrent() else { return 0 };
-    let mut c: CUcontext = std::ptr::null_mut();
-    if unsafe { f(&mut c) } == CUDA_SUCCESS { c as u64 } else { 0 }
+/// `Ok(key)` from what a successful real allocation wrote, else its error.
+fn produced(r: CUresult, key: impl FnOnce() -> u64) -> Result<u64, CUresult> {
+    if r == CUDA_SUCCESS { Ok(key()) } else { Err(r) }
 }
 
 /// Reserve `bytes` on region device `dev`, run the real allocation, record it under the key it
@@ -96,7 +92,7 @@ fn uncount(st: &State, table: &AllocTable, key: u64) {
 /// Region device of the current context, or `None` (then the real call decides, uncounted: it
 /// fails without a context anyway).
 fn current_region_dev(st: &State) -> Option<usize> {
-    current_ordinal().map(|o| st.region_index(o))
+    driver::current_ordinal().map(|o| st.region_index(o))
 }
 
 // ---- views ----
@@ -138,10 +134,7 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
         return unsafe { real(dptr, size) };
     };
     let r = counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAlloc", || {
-        match unsafe { real(dptr, size) } {
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
-            e => Err(e),
-        }
+        produced(unsafe { real(dptr, size) }, || unsafe { *dptr })
     });
     if r == CUDA_ERROR_OUT_OF_MEMORY && st.config.oversubscribe {
         return unsafe { spill_to_host(dptr, size) };
@@ -184,10 +177,7 @@ pub unsafe fn mem_alloc_pitch(
     // settle on the driver's real pitch × height.
     let estimate = (width as u64).div_ceil(512).saturating_mul(512).saturating_mul(height as u64);
     let r = counted(st, &st.allocs, dev, estimate, UsageKind::Data, current_ctx(), "cuMemAllocPitch", || {
-        match unsafe { real(dptr, pitch, width, height, elem) } {
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
-            e => Err(e),
-        }
+        produced(unsafe { real(dptr, pitch, width, height, elem) }, || unsafe { *dptr })
     });
     if r == CUDA_SUCCESS {
         let actual = (unsafe { *pitch } as u64).saturating_mul(height as u64);
@@ -214,17 +204,15 @@ pub unsafe fn mem_alloc_managed(real: pfn::cuMemAllocManaged, dptr: *mut CUdevic
     };
     // Managed memory can migrate wholly onto the device: count it in full (as the incumbent).
     counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocManaged", || {
-        match unsafe { real(dptr, size, flags) } {
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
-            e => Err(e),
-        }
+        produced(unsafe { real(dptr, size, flags) }, || unsafe { *dptr })
     })
 }
 
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
     let r = unsafe { real(dptr) };
     if r == CUDA_SUCCESS && dptr != 0 {
-        uncount(state::get(), &state::get().allocs, dptr);
+        let st = state::get();
+        uncount(st, &st.allocs, dptr);
     }
     r
 }
@@ -237,10 +225,7 @@ pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CUdeviceptr
         return unsafe { real(dptr, size, stream) };
     };
     counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocAsync", || {
-        match unsafe { real(dptr, size, stream) } {
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
-            e => Err(e),
-        }
+        produced(unsafe { real(dptr, size, stream) }, || unsafe { *dptr })
     })
 }
 
@@ -256,10 +241,7 @@ pub unsafe fn mem_alloc_from_pool_async(
         return unsafe { real(dptr, size, pool, stream) };
     };
     counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocFromPoolAsync", || {
-        match unsafe { real(dptr, size, pool, stream) } {
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
-            e => Err(e),
-        }
+        produced(unsafe { real(dptr, size, pool, stream) }, || unsafe { *dptr })
     })
 }
 
@@ -268,7 +250,8 @@ pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, strea
     // Uncounted when the free is enqueued: the block is the application's no longer, and the
     // pool may hand it to the next allocation of the same stream at once.
     if r == CUDA_SUCCESS && dptr != 0 {
-        uncount(state::get(), &state::get().allocs, dptr);
+        let st = state::get();
+        uncount(st, &st.allocs, dptr);
     }
     r
 }
@@ -292,10 +275,7 @@ pub unsafe fn mem_create(
     let st = state::get();
     let dev = st.region_index(p.location.id);
     counted(st, &st.handles, dev, size as u64, UsageKind::Data, 0, "cuMemCreate", || {
-        match unsafe { real(handle, size, prop, flags) } {
-            CUDA_SUCCESS => Ok(unsafe { *handle }),
-            e => Err(e),
-        }
+        produced(unsafe { real(handle, size, prop, flags) }, || unsafe { *handle })
     })
 }
 
@@ -432,10 +412,7 @@ pub unsafe fn array_create(real: pfn::cuArrayCreate_v2, h: *mut CUarray, d: *con
     }
     let desc = unsafe { &*d };
     let bytes = array_bytes(desc.Width, desc.Height, 1, desc.Format, desc.NumChannels);
-    let alloc = || match unsafe { real(h, d) } {
-        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
-        e => Err(e),
-    };
+    let alloc = || produced(unsafe { real(h, d) }, || unsafe { *h } as u64);
     count_array(state::get(), bytes, "cuArrayCreate", alloc).unwrap_or_else(|| unsafe { real(h, d) })
 }
 
@@ -445,17 +422,15 @@ pub unsafe fn array3d_create(real: pfn::cuArray3DCreate_v2, h: *mut CUarray, d: 
     }
     let desc = unsafe { &*d };
     let bytes = array_bytes(desc.Width, desc.Height, desc.Depth, desc.Format, desc.NumChannels);
-    let alloc = || match unsafe { real(h, d) } {
-        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
-        e => Err(e),
-    };
+    let alloc = || produced(unsafe { real(h, d) }, || unsafe { *h } as u64);
     count_array(state::get(), bytes, "cuArray3DCreate", alloc).unwrap_or_else(|| unsafe { real(h, d) })
 }
 
 pub unsafe fn array_destroy(real: pfn::cuArrayDestroy, h: CUarray) -> CUresult {
     let r = unsafe { real(h) };
     if r == CUDA_SUCCESS {
-        uncount(state::get(), &state::get().handles, h as u64);
+        let st = state::get();
+        uncount(st, &st.handles, h as u64);
     }
     r
 }
@@ -483,17 +458,15 @@ pub unsafe fn mipmapped_array_create(
         return unsafe { real(h, d, levels) };
     }
     let bytes = mipmap_bytes(unsafe { &*d }, levels);
-    let alloc = || match unsafe { real(h, d, levels) } {
-        CUDA_SUCCESS => Ok(unsafe { *h } as u64),
-        e => Err(e),
-    };
+    let alloc = || produced(unsafe { real(h, d, levels) }, || unsafe { *h } as u64);
     count_array(state::get(), bytes, "cuMipmappedArrayCreate", alloc).unwrap_or_else(|| unsafe { real(h, d, levels) })
 }
 
 pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUmipmappedArray) -> CUresult {
     let r = unsafe { real(h) };
     if r == CUDA_SUCCESS {
-        uncount(state::get(), &state::get().handles, h as u64);
+        let st = state::get();
+        uncount(st, &st.handles, h as u64);
     }
     r
 }
@@ -503,19 +476,9 @@ pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUm
 /// This process's device memory on region device `dev` according to NVML (the driver's truth,
 /// context overhead included), if NVML and our host PID can tell.
 fn nvml_own_usage(st: &State, dev: usize) -> Option<u64> {
-    let by_index = driver::nvmlDeviceGetHandleByIndex_v2()?;
-    let list = driver::nvmlDeviceGetComputeRunningProcesses_v3()?;
-    let mut h: nvmlDevice_t = std::ptr::null_mut();
-    if unsafe { by_index(dev as c_uint, &mut h) } != NVML_SUCCESS {
-        return None;
-    }
-    let mut infos = vec![nvmlProcessInfo_t::default(); 256];
-    let mut n: c_uint = infos.len() as c_uint;
-    if unsafe { list(h, &mut n, infos.as_mut_ptr()) } != NVML_SUCCESS {
-        return None;
-    }
-    let me = host_pid(st);
-    infos.iter().take(n as usize).find(|p| p.pid as i32 == me).map(|p| p.usedGpuMemory)
+    let me = host_pid(st) as u32;
+    let procs = driver::nvml_processes(driver::nvml_handle(dev)?)?;
+    procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used)
 }
 
 /// Our PID as NVML reports it: the slot's host PID once known, else our own.
@@ -566,6 +529,3 @@ pub fn uncharge_context(ordinal: CUdevice, bytes: u64) {
     let st = state::get();
     st.ledger.release(st.region_index(ordinal), UsageKind::Context, bytes);
 }
-
-#[allow(dead_code)]
-fn _assert_types(_: *mut c_void, _: c_int) {}

@@ -15,15 +15,14 @@ use vgpu_core::views::{self, NvmlMemory, NvmlMemoryV2};
 
 /// NVML pre/post-init of the contract: attach the region, publish `device_num` and `uuids`.
 pub unsafe fn init(real: unsafe extern "C" fn() -> nvmlReturn_t) -> nvmlReturn_t {
-    let r = unsafe { real() };
-    if r == NVML_SUCCESS {
-        state::get().publish_nvml_devices();
-    }
-    r
+    after_init(unsafe { real() })
 }
 
 pub unsafe fn init_with_flags(real: pfn::nvmlInitWithFlags, flags: c_uint) -> nvmlReturn_t {
-    let r = unsafe { real(flags) };
+    after_init(unsafe { real(flags) })
+}
+
+fn after_init(r: nvmlReturn_t) -> nvmlReturn_t {
     if r == NVML_SUCCESS {
         state::get().publish_nvml_devices();
     }

@@ -46,16 +46,12 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64) {
     }
     // Not ours. If the name looks like one we hook, the driver handed out an address we cannot
     // map: say so once, since that call will not be governed.
-    if !symbol.is_null() && log_enabled_for_unmapped() {
+    if !symbol.is_null() && crate::log::enabled(crate::log::WARN) {
         let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
         if hooks::CUDA_HOOKS.iter().any(|h| base_name(h.name.to_bytes()) == name.as_bytes()) {
             crate::warn!("cuGetProcAddress({name}, flags={flags}) returned an address libvgpu does not know; calls through it are not governed");
         }
     }
-}
-
-fn log_enabled_for_unmapped() -> bool {
-    crate::log::enabled(crate::log::WARN)
 }
 
 /// `cuMemAlloc_v2` → `cuMemAlloc`, `cuLaunchKernel_ptsz` → `cuLaunchKernel`.

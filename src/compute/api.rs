@@ -10,24 +10,6 @@ use std::ffi::c_uint;
 // The driver/NVML functions the limiter calls live in the one list of `crate::driver`.
 pub use crate::driver::*;
 
-/// The calling thread's current context (null if none).
-pub fn current_ctx() -> CUcontext {
-    let mut c: CUcontext = std::ptr::null_mut();
-    if let Some(f) = cuCtxGetCurrent()
-        && unsafe { f(&mut c) } != CUDA_SUCCESS
-    {
-        c = std::ptr::null_mut();
-    }
-    c
-}
-
-/// CUDA ordinal of the current context.
-pub fn current_ordinal() -> Option<CUdevice> {
-    let f = cuCtxGetDevice()?;
-    let mut d: CUdevice = 0;
-    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
-}
-
 /// Capture state of `stream` through the variant matching the launch. `true` = the launch must
 /// be passed through untouched (capturing, invalidated, or the legacy stream is unusable because
 /// another stream captures: `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
@@ -113,35 +95,6 @@ pub fn stream_ctx(stream: CUstream, ptsz: bool) -> Option<CUcontext> {
     let f = if ptsz { cuStreamGetCtx_ptsz().or_else(cuStreamGetCtx) } else { cuStreamGetCtx() }?;
     let mut c: CUcontext = std::ptr::null_mut();
     (unsafe { f(stream, &mut c) } == CUDA_SUCCESS && !c.is_null()).then_some(c)
-}
-
-pub fn nvml_handle(index: usize) -> Option<nvmlDevice_t> {
-    let init = nvmlInit_v2()?;
-    if unsafe { init() } != NVML_SUCCESS {
-        return None;
-    }
-    let f = nvmlDeviceGetHandleByIndex_v2()?;
-    let mut h: nvmlDevice_t = std::ptr::null_mut();
-    (unsafe { f(index as c_uint, &mut h) } == NVML_SUCCESS).then_some(h)
-}
-
-/// (pid, used bytes) of the compute processes NVML lists on a device.
-pub fn nvml_processes(h: nvmlDevice_t) -> Option<Vec<(u32, u64)>> {
-    let f = nvmlDeviceGetComputeRunningProcesses_v3().or_else(nvmlDeviceGetComputeRunningProcesses_v2)?;
-    let mut cap: c_uint = 64;
-    for _ in 0..4 {
-        let mut buf: Vec<nvmlProcessInfo_t> = vec![unsafe { std::mem::zeroed() }; cap as usize];
-        let mut n = cap;
-        match unsafe { f(h, &mut n, buf.as_mut_ptr()) } {
-            NVML_SUCCESS => {
-                buf.truncate(n as usize);
-                return Some(buf.iter().map(|p| (p.pid, p.usedGpuMemory)).collect());
-            }
-            NVML_ERROR_INSUFFICIENT_SIZE => cap = n.max(cap * 2) + 8,
-            _ => return None,
-        }
-    }
-    None
 }
 
 /// Outcome of a per-process utilisation query.
