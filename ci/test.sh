@@ -4,7 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 ci/deps.sh
-ci/venv.sh >/dev/null            # python venv with NVIDIA's cuda-bindings and pynvml
+# Python venv with NVIDIA's cuda-bindings and pynvml. Its interpreter (which has pip, unlike a
+# bare Debian python3) also fetches NVIDIA's headers for the ABI conformance test.
+VGPU_PYTHON="$(ci/venv.sh)"
+export VGPU_PYTHON
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2
