@@ -4,6 +4,10 @@
 //! a lazily resolved slot holding the real driver function of the same symbol, and an entry in
 //! `CUDA_HOOKS` / `NVML_HOOKS` that `dlsym` and `cuGetProcAddress` use to hand out the hook.
 //! A line without `=> impl` forwards to the real function unchanged (but is still observable).
+//!
+//! Line format: `fn <symbol>(<arg>: <type>, ...) [=> <impl path>];`. The argument list must be
+//! exactly `cuda_types::pfn::<symbol>` (generated from the prototype in `include/`), which a
+//! `const` per line checks at compile time; add the prototype (and regenerate) for a new symbol.
 
 use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -63,12 +67,16 @@ macro_rules! hook_table {
         on_panic = $on_panic:expr, on_missing = $on_missing:expr;
         $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(=> $imp:path)? ; )*
     ) => {
-        /// Typed function-pointer types of the real functions, one per symbol.
-        #[allow(non_camel_case_types, dead_code)]
+        /// Function types of the real functions, one per symbol: the bindgen-generated ones
+        /// (`cuda_types::pfn`, from the prototypes in `include/`), never retyped here.
         pub mod pfn {
-            use super::*;
-            $( pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
+            $( pub use cuda_types::pfn::$name; )*
         }
+
+        // Compile-time proof, one per line: the export's hand-written parameter list is exactly
+        // the generated type of its symbol (a wrong width or signedness is error E0308 here; a
+        // symbol without a prototype in `include/` has no `cuda_types::pfn` type and fails too).
+        $( const _: cuda_types::pfn::$name = $name; )*
 
         /// One `Hook` per symbol, named like the symbol.
         #[allow(non_upper_case_globals)]
@@ -97,6 +105,9 @@ macro_rules! hook_table {
             $(
                 pub fn $name() -> Option<pfn::$name> {
                     let p = entries::$name.real_ptr();
+                    // SAFETY: `p` is the driver's address of the symbol `$name` itself (not
+                    // null), and `pfn::$name` is the type generated from that symbol's prototype,
+                    // which the ABI test checks against NVIDIA's header.
                     if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, pfn::$name>(p) }) }
                 }
             )*
