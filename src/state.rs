@@ -127,7 +127,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
     }
 }
 
-/// `/overrideEnv` (contract §1.5): applied before the configuration is read.
+/// `/overrideEnv` (docs/hami-contract.md §1.5): applied before the configuration is read.
 fn apply_override_env() {
     let pairs = vgpu_core::config::read_override_env(&vgpu_core::config::SystemSources);
     for (k, v) in pairs {

@@ -9,7 +9,7 @@
 //! `include/vgpu_nvml.h` and writes them to `src/generated.rs` (or to `$VGPU_BINDINGS_OUT`, which
 //! `ci/gen-bindings.sh --check` uses to compare without touching the tree). Needs libclang.
 //!
-//! Settings (rust-shim-notes §11): types and constants only, never `extern "C"` function
+//! Settings (docs/shim-notes.md §11): types and constants only, never `extern "C"` function
 //! declarations (inside the shim they would resolve to the shim's own exports); C enums become
 //! plain integer constants, not Rust enums (the driver may return values we do not list);
 //! `Default` derived; layout assertions on.

@@ -1,6 +1,6 @@
-//! The environment contract (hami-contract.md §1.3-§1.5), read once into a [`Config`].
+//! The environment contract (docs/hami-contract.md §1.3-§1.5), read once into a [`Config`].
 //!
-//! ## Where the configuration comes from (known-failures.md #3)
+//! ## Where the configuration comes from (docs/known-failures.md #3)
 //!
 //! The limit variables are `CUDA_DEVICE_MEMORY_LIMIT[_i]`, `CUDA_DEVICE_SM_LIMIT[_i]` and
 //! `CUDA_DEVICE_MEMORY_SHARED_CACHE` (set and non-empty counts as present).
@@ -192,7 +192,7 @@ pub fn parse_environ(content: &[u8]) -> HashMap<String, String> {
     m
 }
 
-/// `/overrideEnv` (contract §1.5): `KEY=VALUE` lines up to the first line without `=`.
+/// `/overrideEnv` (docs/hami-contract.md §1.5): `KEY=VALUE` lines up to the first line without `=`.
 /// A trailing `\r` is stripped; lines with an empty key are skipped (setenv would reject them).
 /// Returns the pairs in file order; the shim decides when (and whether) to apply them.
 pub fn parse_override_env(content: &[u8]) -> Vec<(String, String)> {

@@ -1,4 +1,4 @@
-//! The virtual device memory view (known-failures.md #11, hami-contract.md §6.4/§6.7), one
+//! The virtual device memory view (docs/known-failures.md #11, docs/hami-contract.md §6.4/§6.7), one
 //! arithmetic for every surface: `cuMemGetInfo(_v2)`, `cuDeviceTotalMem(_v2)`,
 //! `nvmlDeviceGetMemoryInfo(_v2)`.
 //!
