@@ -76,6 +76,7 @@ fn init_slow() -> &'static State {
 fn build() -> State {
     apply_override_env();
     let config = Config::from_system();
+    crate::log::set_level(config.log_level);
     for w in &config.warnings {
         crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
     }
@@ -135,7 +136,6 @@ fn apply_override_env() {
             unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 1) };
         }
     }
-    crate::log::reset();
 }
 
 impl State {
