@@ -11,7 +11,7 @@ use crate::state::{self, State};
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
 use vgpu_core::region::MAX_DEVICES;
-use vgpu_core::views::{self, NvmlMemory, NvmlMemoryV2};
+use vgpu_core::views::{self, NvmlListAnswer, NvmlMemory, NvmlMemoryV2};
 
 /// NVML pre/post-init of the contract: attach the region, publish `device_num` and `uuids`.
 pub unsafe fn init(real: unsafe extern "C" fn() -> nvmlReturn_t) -> nvmlReturn_t {
@@ -91,11 +91,10 @@ fn container_processes(st: &State, dev: usize) -> Option<Vec<(u32, u64)>> {
 unsafe fn fill<T>(count: *mut c_uint, infos: *mut T, procs: &[(u32, u64)], make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {
     let cap = unsafe { *count } as usize;
     unsafe { *count = procs.len() as c_uint };
-    if procs.len() > cap {
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    if !procs.is_empty() && infos.is_null() {
-        return NVML_ERROR_INVALID_ARGUMENT;
+    match views::nvml_list_answer(cap, procs.len(), infos.is_null()) {
+        NvmlListAnswer::InsufficientSize => return NVML_ERROR_INSUFFICIENT_SIZE,
+        NvmlListAnswer::InvalidArgument => return NVML_ERROR_INVALID_ARGUMENT,
+        NvmlListAnswer::Fill => {}
     }
     for (i, &(pid, used)) in procs.iter().enumerate() {
         unsafe { infos.add(i).write(make(pid, used)) };
