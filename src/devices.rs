@@ -14,6 +14,10 @@ use vgpu_core::region::MAX_DEVICES;
 
 pub use vgpu_core::devices::DeviceMap;
 
+// SAFETY (every `unsafe` call below): real driver/NVML functions of their generated types, called
+// with pointers to locals (or a buffer with its true length) that live across the call; out-values
+// are used only after success.
+
 /// UUIDs of the CUDA-visible devices by ordinal (needs `cuInit` to have succeeded).
 pub fn cuda_uuids() -> Option<Vec<String>> {
     let count = {
@@ -60,6 +64,7 @@ pub fn nvml_uuids() -> Option<Vec<String>> {
         if unsafe { get_uuid(h, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
             return None;
         }
+        // SAFETY: on success NVML writes a NUL-terminated UUID within `buf.len()` bytes.
         let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
         out.push(s);
     }

@@ -8,6 +8,17 @@
 //! Line format: `fn <symbol>(<arg>: <type>, ...) [=> <impl path>];`. The argument list must be
 //! exactly `cuda_types::pfn::<symbol>` (generated from the prototype in `include/`), which a
 //! `const` per line checks at compile time; add the prototype (and regenerate) for a new symbol.
+//!
+//! # Safety
+//!
+//! Each generated export is an `unsafe extern "C" fn`: its callers (C code) must pass what the
+//! CUDA/NVML documentation of that symbol requires. The export hands its arguments unchanged to the
+//! implementation, which is an `unsafe fn(real, args…)` with this contract, relied on by every
+//! `unsafe` block in the implementation modules (`context`, `memory`, `launch`, `nvml`, `procaddr`):
+//! - `real` is the real driver function of the *same* symbol, of its generated type;
+//! - pointer arguments are the application's, passed to `real` unchanged;
+//! - out-pointers are read or written only after a null check, and read only after `real`
+//!   returned success (when the driver has filled them).
 
 use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -29,7 +40,8 @@ pub struct Hook {
     pub real: &'static AtomicPtr<c_void>,
 }
 
-// The raw pointers are addresses of functions: immutable and valid for the process lifetime.
+// SAFETY: the raw pointers are addresses of functions (ours, and the slot's `AtomicPtr`): never
+// written through, valid for the process lifetime, so sharing a `Hook` between threads is sound.
 unsafe impl Sync for Hook {}
 
 impl Hook {
@@ -56,6 +68,8 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
 }
 
 
+// SAFETY (both arms): `$real` is the real function of the export's own symbol and the arguments
+// are the export's, unchanged: the contract of the module's `# Safety` section.
 macro_rules! call_impl {
     ($real:ident, ($($arg:ident),*), ) => { unsafe { $real($($arg),*) } };
     ($real:ident, ($($arg:ident),*), $imp:path) => { unsafe { $imp($real, $($arg),*) } };

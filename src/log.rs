@@ -24,6 +24,7 @@ pub fn level() -> i32 {
 #[cold]
 fn read_level() -> i32 {
     // getenv does not allocate; safe even on paths where allocation must be avoided.
+    // SAFETY: a NUL-terminated literal; getenv only reads the environment.
     let raw = unsafe { libc::getenv(c"LIBCUDA_LOG_LEVEL".as_ptr()) };
     let l = if raw.is_null() {
         DEFAULT_LOG_LEVEL
@@ -71,6 +72,7 @@ pub fn emit(lvl: i32, msg: std::fmt::Arguments<'_>) {
 pub fn raw_write(bytes: &[u8]) {
     let mut off = 0;
     while off < bytes.len() {
+        // SAFETY: the pointer and length describe the live slice `bytes[off..]`.
         let n = unsafe { libc::write(2, bytes[off..].as_ptr().cast(), bytes.len() - off) };
         if n <= 0 {
             return;
