@@ -66,8 +66,8 @@ mod tests {
     fn mip_chain_halves_every_present_dimension() {
         // 2D 256×256, 3 levels: 256² + 128² + 64² texels of 4 bytes.
         assert_eq!(mipmap_bytes(256, 256, 0, false, 3, Some(4), 1), (65536 + 16384 + 4096) * 4);
-        // 3D: depth halves too, each dimension stops at 1.
-        assert_eq!(mipmap_bytes(4, 2, 2, false, 4, Some(1), 1), 4 * 2 * 2 + 2 * 1 * 1 + 1 + 1);
+        // 3D: depth halves too, each dimension stops at 1 (4×2×2, 2×1×1, 1×1×1, 1×1×1).
+        assert_eq!(mipmap_bytes(4, 2, 2, false, 4, Some(1), 1), 16 + 2 + 1 + 1);
         // 1D: height stays absent.
         assert_eq!(mipmap_bytes(8, 0, 0, false, 2, Some(1), 1), 8 + 4);
     }
