@@ -1,4 +1,4 @@
-//! Link settings for `libvgpu.so` (rust-shim-notes §6, §8, §10):
+//! Link settings for `libvgpu.so` (docs/shim-notes.md §6, §8, §10):
 //! - link `libgcc_eh.a` statically so the library does not need `libgcc_s.so.1` (each extra DSO
 //!   costs every exec in the container, and distroless images lack it);
 //! - `-z defs` turns a reference to a glibc-private symbol into a link error instead of a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compute-limiter benchmark (issue 4): on the simulated GPU, the container's share of device time
+# Compute-limiter benchmark: on the simulated GPU, the container's share of device time
 # measured by the simulator's exact per-process busy time (`simctl sample`) over a 5 s window after
 # 1 s of settling, for limit x workload x processes, two containers 30/60, an under-limit workload,
 # the unthrottled launch latency against no shim, and a PNG plot of share over time per limit.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-exec cost of the shim for a process that never touches CUDA (issue 5 §4).
+# Per-exec cost of the shim for a process that never touches CUDA.
 #
 # Through /etc/ld.so.preload the shim is loaded into every process of the container (shells,
 # coreutils, package managers). This measures what one exec pays: posix_spawn + wait of a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU validation of the shim on a machine with an NVIDIA GPU, its driver, nvcc and PyTorch,
-# offline (issue 5 §5). One run, < 8 minutes on an H200:
+# offline. One run, < 8 minutes on an H200:
 #
 #   1. CUDA samples (ci/gpu/*.cu: vector add, matrix multiply, device query, streams/events),
 #      compiled with nvcc and run without and with the shim; results checked.

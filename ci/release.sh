@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the release artifact of libvgpu.so against an old glibc floor (issue 5 §4).
+# Build the release artifact of libvgpu.so against an old glibc floor.
 #
 #   ci/release.sh            build target/release-floor/libvgpu.so for glibc 2.17 and check it
 #   ci/release.sh --check F  only run the checks on an existing .so F
@@ -58,7 +58,7 @@ version_le() {
     [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$1" ]
 }
 
-# check_so FILE FLOOR: the three guards of rust-shim-notes §8 plus the export list.
+# check_so FILE FLOOR: the three guards of docs/shim-notes.md §8 plus the export list.
 check_so() {
     local so=$1 floor=$2 bad=0 max needed exports missing extra
     [ -f "$so" ] || die "no such file: $so"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (idempotently) the Python venv the real-client tests use (issue 5 §1) and print its
+# Create (idempotently) the Python venv the real-client tests use and print its
 # interpreter's path on stdout (the only thing printed on stdout).
 #
 #   target/venv  with  cuda-bindings 12.9.x (NVIDIA's driver-API bindings, `from cuda.bindings

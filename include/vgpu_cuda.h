@@ -407,6 +407,15 @@ typedef enum CUmemPool_attribute_enum {
     CU_MEMPOOL_ATTR_USED_MEM_HIGH
 } CUmemPool_attribute;
 
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY          = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY        = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION   = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY          = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY        = 6
+} CUmem_advise;
+
 /* ------------------------------------------------------------------ */
 /* Arrays                                                              */
 /* ------------------------------------------------------------------ */
@@ -981,6 +990,21 @@ typedef CUresult (CUDAAPI *PFN_cuStreamSynchronize_ptsz)(CUstream hStream);
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr);
 typedef CUresult (CUDAAPI *PFN_cuGetErrorString)(CUresult error, const char **pStr);
+
+CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+typedef CUresult (CUDAAPI *PFN_cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
+typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
+
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
+typedef CUresult (CUDAAPI *PFN_cuStreamGetCtx_ptsz)(CUstream hStream, CUcontext *pctx);
+
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+typedef CUresult (CUDAAPI *PFN_cuEventElapsedTime_v2)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+typedef CUresult (CUDAAPI *PFN_cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *mode);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
  * vgpu_region.h - layout of libvgpu's shared usage region file (*.cache).
  *
  * Bytes [0, 2008952) are HAMi-core's shared_region_t v1.2, byte for byte
- * (docs: ../shared/docs/hami-contract.md §3; HAMi-core
+ * (docs: docs/hami-contract.md §3; HAMi-core
  * src/multiprocess/multiprocess_memory_limit.h; HAMi pkg/monitor/nvidia/v1/spec.go).
  * libvgpu appends a private extension block at offset 2011136 (4096 bytes), so
  * the file it creates is 2015232 bytes. The vGPU monitor maps only the v1.2 part.
@@ -12,7 +12,7 @@
  *
  * Concurrency: all integer fields are accessed atomically by libvgpu; readers
  * should use aligned 4/8-byte loads (C11 atomics or volatile). The monitor-read
- * fields are listed in hami-contract.md §3.10.
+ * fields are listed in docs/hami-contract.md §3.10.
  */
 #ifndef VGPU_REGION_H
 #define VGPU_REGION_H

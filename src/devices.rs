@@ -1,4 +1,5 @@
-//! One device-index mapping for everything: CUDA ordinal → region index.
+//! One device-index mapping for everything: CUDA ordinal → region index. The mapping itself is
+//! pure and lives in `vgpu_core::devices`; this module asks the driver and NVML for the UUIDs.
 //!
 //! The region, the limits (`CUDA_DEVICE_MEMORY_LIMIT_<i>`) and the monitor are indexed by the
 //! in-container NVML index. CUDA ordinals differ when `CUDA_VISIBLE_DEVICES` reorders or subsets
@@ -11,30 +12,11 @@ use std::ffi::{c_char, c_int, c_uint};
 use vgpu_core::config::VisibleDevice;
 use vgpu_core::region::MAX_DEVICES;
 
-#[derive(Debug, Clone, Default)]
-pub struct DeviceMap {
-    /// `cuda_to_region[ordinal]`
-    pub cuda_to_region: Vec<usize>,
-    /// UUIDs by region (NVML) index, as written into the region.
-    pub region_uuids: Vec<String>,
-}
+pub use vgpu_core::devices::DeviceMap;
 
-impl DeviceMap {
-    pub fn region_index(&self, ordinal: CUdevice) -> usize {
-        usize::try_from(ordinal)
-            .ok()
-            .and_then(|o| self.cuda_to_region.get(o).copied())
-            .unwrap_or_else(|| (ordinal.max(0) as usize).min(MAX_DEVICES - 1))
-    }
-}
-
-pub fn format_uuid(u: &CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    format!(
-        "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]
-    )
-}
+// SAFETY (every `unsafe` call below): real driver/NVML functions of their generated types, called
+// with pointers to locals (or a buffer with its true length) that live across the call; out-values
+// are used only after success.
 
 /// UUIDs of the CUDA-visible devices by ordinal (needs `cuInit` to have succeeded).
 pub fn cuda_uuids() -> Option<Vec<String>> {
@@ -55,7 +37,7 @@ pub fn cuda_uuids() -> Option<Vec<String>> {
         if unsafe { get(&mut dev, i) } != CUDA_SUCCESS || unsafe { uuid_fn(&mut u, dev) } != CUDA_SUCCESS {
             return None;
         }
-        out.push(format_uuid(&u));
+        out.push(vgpu_core::devices::format_uuid(&u.bytes.map(|c| c as u8)));
     }
     Some(out)
 }
@@ -82,55 +64,19 @@ pub fn nvml_uuids() -> Option<Vec<String>> {
         if unsafe { get_uuid(h, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
             return None;
         }
+        // SAFETY: on success NVML writes a NUL-terminated UUID within `buf.len()` bytes.
         let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
         out.push(s);
     }
     Some(out)
 }
 
-/// Build the mapping. Pure over its inputs (see tests in the integration suite).
+/// Build the mapping (`vgpu_core::devices::build`), saying once when CUDA's UUIDs do not all
+/// appear in NVML's list.
 pub fn build(cuda: Option<&[String]>, nvml: Option<&[String]>, visible: Option<&[VisibleDevice]>) -> DeviceMap {
-    let n_cuda = cuda.map_or(0, |c| c.len());
-    if let (Some(c), Some(n)) = (cuda, nvml) {
-        let mut map = Vec::with_capacity(c.len());
-        let mut ok = true;
-        for u in c {
-            match n.iter().position(|x| x.eq_ignore_ascii_case(u)) {
-                Some(i) => map.push(i),
-                None => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok {
-            return DeviceMap { cuda_to_region: map, region_uuids: n.to_vec() };
-        }
+    let (map, uuid_mismatch) = vgpu_core::devices::build(cuda, nvml, visible);
+    if uuid_mismatch {
         crate::warn!("CUDA device UUIDs do not all appear in NVML's list; falling back to CUDA_VISIBLE_DEVICES order");
     }
-    // Fallback: CUDA_VISIBLE_DEVICES integer entries name the physical (= NVML) index.
-    let mut map: Vec<usize> = (0..n_cuda).collect();
-    if let Some(v) = visible {
-        if v.len() == n_cuda && v.iter().all(|e| matches!(e, VisibleDevice::Index(_))) {
-            map = v
-                .iter()
-                .map(|e| match e {
-                    VisibleDevice::Index(i) => (*i as usize).min(MAX_DEVICES - 1),
-                    _ => 0,
-                })
-                .collect();
-        }
-    }
-    let region_uuids = match (nvml, cuda) {
-        (Some(n), _) => n.to_vec(),
-        (None, Some(c)) => {
-            let mut u = vec![String::new(); map.iter().copied().max().map_or(0, |m| m + 1)];
-            for (o, &r) in map.iter().enumerate() {
-                u[r] = c[o].clone();
-            }
-            u
-        }
-        _ => Vec::new(),
-    };
-    DeviceMap { cuda_to_region: map, region_uuids }
+    map
 }

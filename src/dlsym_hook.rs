@@ -3,7 +3,7 @@
 //! It is a naked function: it asks `decide` for a replacement and, if there is none, tail-jumps to
 //! the real `dlsym` with the application's return address still on the stack, because glibc
 //! resolves `RTLD_NEXT` and the `RTLD_DEFAULT` scope relative to the caller's address
-//! (rust-shim-notes §2). `decide` never allocates or locks unless the name is a hooked one.
+//! (docs/shim-notes.md §2). `decide` never allocates or locks unless the name is a hooked one.
 
 use crate::dl;
 use crate::hooks;

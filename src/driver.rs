@@ -1,12 +1,13 @@
 //! Typed access to real driver and NVML functions that the shim calls but does not hook.
-//! One list; each entry is a lazily resolved, cached pointer. Below it, the few small queries
-//! several modules make through them (current context and device, NVML handles and processes).
+//! One list of names; each entry is a lazily resolved, cached pointer typed by `cuda_types::pfn`.
+//! Below it, the few small queries several modules make through them (current context and device,
+//! NVML handles and processes).
 
 #![allow(non_snake_case, dead_code)]
 
 use crate::dl::{LIBCUDA, LIBNVML, RealLib};
 use crate::ffi::*;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_uint, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The cached function in `slot`, resolving `name` in `lib` on first use (null if absent).
@@ -22,61 +23,66 @@ pub fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_v
     p
 }
 
+/// One line per function: `LIBCUDA fn <symbol>;` or `LIBNVML fn <symbol>;`. Each becomes
+/// `fn <symbol>() -> Option<cuda_types::pfn::<symbol>>`, typed by the bindgen-generated type of the
+/// symbol's prototype in `include/` (checked against NVIDIA's headers by the ABI test), so no
+/// signature is written here; a symbol without a prototype does not compile.
 macro_rules! called {
-    ($( $lib:ident fn $name:ident ( $($ty:ty),* ) -> $ret:ty ; )*) => {
+    ($( $lib:ident fn $name:ident ; )*) => {
         $(
-            pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> $ret> {
+            pub fn $name() -> Option<cuda_types::pfn::$name> {
                 static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
                 let name = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                     Ok(c) => c,
                     Err(_) => return None,
                 };
                 let p = resolve(&SLOT, &$lib, name);
-                if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p) }) }
+                // SAFETY: `p` is the address of the symbol `$name` in the real library (not null);
+                // `cuda_types::pfn::$name` is the type generated from that symbol's prototype.
+                if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, cuda_types::pfn::$name>(p) }) }
             }
         )*
     };
 }
 
 called! {
-    LIBCUDA fn cuDriverGetVersion(*mut c_int) -> CUresult;
-    LIBCUDA fn cuDeviceGetCount(*mut c_int) -> CUresult;
-    LIBCUDA fn cuDeviceGet(*mut CUdevice, c_int) -> CUresult;
-    LIBCUDA fn cuDeviceGetAttribute(*mut c_int, c_int, CUdevice) -> CUresult;
-    LIBCUDA fn cuDeviceGetUuid_v2(*mut CUuuid, CUdevice) -> CUresult;
-    LIBCUDA fn cuDeviceGetUuid(*mut CUuuid, CUdevice) -> CUresult;
-    LIBCUDA fn cuCtxGetCurrent(*mut CUcontext) -> CUresult;
-    LIBCUDA fn cuCtxGetDevice(*mut CUdevice) -> CUresult;
-    LIBCUDA fn cuCtxPushCurrent_v2(CUcontext) -> CUresult;
-    LIBCUDA fn cuCtxPopCurrent_v2(*mut CUcontext) -> CUresult;
-    LIBCUDA fn cuDevicePrimaryCtxGetState(CUdevice, *mut c_uint, *mut c_int) -> CUresult;
-    // cuMemAdvise (v1 ABI): (ptr, bytes, CUmem_advise, device).
-    LIBCUDA fn cuMemAdvise(CUdeviceptr, usize, u32, CUdevice) -> CUresult;
-    LIBCUDA fn cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr) -> CUresult;
-    LIBCUDA fn cuMemGetAllocationPropertiesFromHandle(*mut CUmemAllocationProp, CUmemGenericAllocationHandle) -> CUresult;
-    LIBCUDA fn cuMemPoolGetAttribute(CUmemoryPool, c_int, *mut c_void) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
-    LIBCUDA fn cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus_enum) -> CUresult;
-    LIBNVML fn nvmlInit_v2() -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetCount_v2(*mut c_uint) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetHandleByIndex_v2(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetIndex(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-    LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
-    LIBCUDA fn cuStreamGetCtx(CUstream, *mut CUcontext) -> CUresult;
-    LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
-    LIBCUDA fn cuStreamQuery(CUstream) -> CUresult;
-    LIBCUDA fn cuStreamQuery_ptsz(CUstream) -> CUresult;
-    LIBCUDA fn cuEventCreate(*mut CUevent, c_uint) -> CUresult;
-    LIBCUDA fn cuEventDestroy_v2(CUevent) -> CUresult;
-    LIBCUDA fn cuEventRecord(CUevent, CUstream) -> CUresult;
-    LIBCUDA fn cuEventRecord_ptsz(CUevent, CUstream) -> CUresult;
-    LIBCUDA fn cuEventQuery(CUevent) -> CUresult;
-    LIBCUDA fn cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
-    LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
-    LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
-    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+    LIBCUDA fn cuDriverGetVersion;
+    LIBCUDA fn cuDeviceGetCount;
+    LIBCUDA fn cuDeviceGet;
+    LIBCUDA fn cuDeviceGetAttribute;
+    LIBCUDA fn cuDeviceGetUuid_v2;
+    LIBCUDA fn cuDeviceGetUuid;
+    LIBCUDA fn cuCtxGetCurrent;
+    LIBCUDA fn cuCtxGetDevice;
+    LIBCUDA fn cuCtxPushCurrent_v2;
+    LIBCUDA fn cuCtxPopCurrent_v2;
+    LIBCUDA fn cuDevicePrimaryCtxGetState;
+    LIBCUDA fn cuMemAdvise;
+    LIBCUDA fn cuPointerGetAttribute;
+    LIBCUDA fn cuMemGetAllocationPropertiesFromHandle;
+    LIBCUDA fn cuMemPoolGetAttribute;
+    LIBCUDA fn cuStreamIsCapturing;
+    LIBCUDA fn cuStreamIsCapturing_ptsz;
+    LIBNVML fn nvmlInit_v2;
+    LIBNVML fn nvmlDeviceGetCount_v2;
+    LIBNVML fn nvmlDeviceGetHandleByIndex_v2;
+    LIBNVML fn nvmlDeviceGetIndex;
+    LIBNVML fn nvmlDeviceGetUUID;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3;
+    LIBNVML fn nvmlDeviceGetProcessUtilization;
+    LIBCUDA fn cuStreamGetCtx;
+    LIBCUDA fn cuStreamGetCtx_ptsz;
+    LIBCUDA fn cuStreamQuery;
+    LIBCUDA fn cuStreamQuery_ptsz;
+    LIBCUDA fn cuEventCreate;
+    LIBCUDA fn cuEventDestroy_v2;
+    LIBCUDA fn cuEventRecord;
+    LIBCUDA fn cuEventRecord_ptsz;
+    LIBCUDA fn cuEventQuery;
+    LIBCUDA fn cuEventElapsedTime;
+    LIBCUDA fn cuEventElapsedTime_v2;
+    LIBCUDA fn cuThreadExchangeStreamCaptureMode;
+    LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
 }
 
 /// The calling thread's current context (null if none).

@@ -3,6 +3,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+/// `AssertUnwindSafe`: after a panic the body's captured state is never looked at again; the
+/// export only returns `on_panic`.
 #[inline]
 pub fn ffi<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(body)) {

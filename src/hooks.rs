@@ -4,6 +4,21 @@
 //! a lazily resolved slot holding the real driver function of the same symbol, and an entry in
 //! `CUDA_HOOKS` / `NVML_HOOKS` that `dlsym` and `cuGetProcAddress` use to hand out the hook.
 //! A line without `=> impl` forwards to the real function unchanged (but is still observable).
+//!
+//! Line format: `fn <symbol>(<arg>: <type>, ...) [=> <impl path>];`. The argument list must be
+//! exactly `cuda_types::pfn::<symbol>` (generated from the prototype in `include/`), which a
+//! `const` per line checks at compile time; add the prototype (and regenerate) for a new symbol.
+//!
+//! # Safety
+//!
+//! Each generated export is an `unsafe extern "C" fn`: its callers (C code) must pass what the
+//! CUDA/NVML documentation of that symbol requires. The export hands its arguments unchanged to the
+//! implementation, which is an `unsafe fn(real, args…)` with this contract, relied on by every
+//! `unsafe` block in the implementation modules (`context`, `memory`, `launch`, `nvml`, `procaddr`):
+//! - `real` is the real driver function of the *same* symbol, of its generated type;
+//! - pointer arguments are the application's, passed to `real` unchanged;
+//! - out-pointers are read or written only after a null check, and read only after `real`
+//!   returned success (when the driver has filled them).
 
 use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -25,7 +40,8 @@ pub struct Hook {
     pub real: &'static AtomicPtr<c_void>,
 }
 
-// The raw pointers are addresses of functions: immutable and valid for the process lifetime.
+// SAFETY: the raw pointers are addresses of functions (ours, and the slot's `AtomicPtr`): never
+// written through, valid for the process lifetime, so sharing a `Hook` between threads is sound.
 unsafe impl Sync for Hook {}
 
 impl Hook {
@@ -52,6 +68,8 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
 }
 
 
+// SAFETY (both arms): `$real` is the real function of the export's own symbol and the arguments
+// are the export's, unchanged: the contract of the module's `# Safety` section.
 macro_rules! call_impl {
     ($real:ident, ($($arg:ident),*), ) => { unsafe { $real($($arg),*) } };
     ($real:ident, ($($arg:ident),*), $imp:path) => { unsafe { $imp($real, $($arg),*) } };
@@ -63,12 +81,16 @@ macro_rules! hook_table {
         on_panic = $on_panic:expr, on_missing = $on_missing:expr;
         $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(=> $imp:path)? ; )*
     ) => {
-        /// Typed function-pointer types of the real functions, one per symbol.
-        #[allow(non_camel_case_types, dead_code)]
+        /// Function types of the real functions, one per symbol: the bindgen-generated ones
+        /// (`cuda_types::pfn`, from the prototypes in `include/`), never retyped here.
         pub mod pfn {
-            use super::*;
-            $( pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
+            $( pub use cuda_types::pfn::$name; )*
         }
+
+        // Compile-time proof, one per line: the export's hand-written parameter list is exactly
+        // the generated type of its symbol (a wrong width or signedness is error E0308 here; a
+        // symbol without a prototype in `include/` has no `cuda_types::pfn` type and fails too).
+        $( const _: cuda_types::pfn::$name = $name; )*
 
         /// One `Hook` per symbol, named like the symbol.
         #[allow(non_upper_case_globals)]
@@ -97,6 +119,9 @@ macro_rules! hook_table {
             $(
                 pub fn $name() -> Option<pfn::$name> {
                     let p = entries::$name.real_ptr();
+                    // SAFETY: `p` is the driver's address of the symbol `$name` itself (not
+                    // null), and `pfn::$name` is the type generated from that symbol's prototype,
+                    // which the ABI test checks against NVIDIA's header.
                     if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, pfn::$name>(p) }) }
                 }
             )*

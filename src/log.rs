@@ -2,6 +2,7 @@
 //! errors always; >= 2 warnings; >= 3 info; >= 4 debug. A disabled level costs one relaxed load.
 
 use std::sync::atomic::{AtomicI32, Ordering};
+use vgpu_core::config::{DEFAULT_LOG_LEVEL, parse_log_level};
 
 pub const ERROR: i32 = 0;
 pub const WARN: i32 = 2;
@@ -11,6 +12,9 @@ pub const DEBUG: i32 = 4;
 /// -1 = not read yet.
 static LEVEL: AtomicI32 = AtomicI32::new(-1);
 
+/// The level in force: `LIBCUDA_LOG_LEVEL` of the process environment until the process state is
+/// built, then the configuration's value ([`set_level`]), which also honours `/overrideEnv` and the
+/// pid-1 fallback. Both are parsed by `vgpu_core::config::parse_log_level`.
 #[inline]
 pub fn level() -> i32 {
     let l = LEVEL.load(Ordering::Relaxed);
@@ -20,37 +24,29 @@ pub fn level() -> i32 {
 #[cold]
 fn read_level() -> i32 {
     // getenv does not allocate; safe even on paths where allocation must be avoided.
+    // SAFETY: a NUL-terminated literal; getenv only reads the environment.
     let raw = unsafe { libc::getenv(c"LIBCUDA_LOG_LEVEL".as_ptr()) };
     let l = if raw.is_null() {
-        2
+        DEFAULT_LOG_LEVEL
     } else {
+        // SAFETY: getenv returned a non-null pointer to a NUL-terminated string owned by the
+        // environment; it is only read here, before anything could change that variable.
         let s = unsafe { std::ffi::CStr::from_ptr(raw) }.to_bytes();
-        parse_level(s)
+        // Malformed: the default, silently here; the configuration reports it once.
+        std::str::from_utf8(s).ok().and_then(parse_log_level).unwrap_or(DEFAULT_LOG_LEVEL)
     };
     LEVEL.store(l, Ordering::Relaxed);
     l
 }
 
-fn parse_level(s: &[u8]) -> i32 {
-    let s = std::str::from_utf8(s).unwrap_or("").trim();
-    match s.parse::<i32>() {
-        Ok(v) if v >= 0 => v.min(10),
-        // Malformed: keep the default; said once, at warning level.
-        _ => {
-            raw_write(b"[libvgpu] WARN: LIBCUDA_LOG_LEVEL is not a non-negative integer; using 2\n");
-            2
-        }
-    }
+/// Adopt the configuration's level (`Config::log_level`) once the process state is built.
+pub fn set_level(l: i32) {
+    LEVEL.store(l.max(0), Ordering::Relaxed);
 }
 
 #[inline]
 pub fn enabled(lvl: i32) -> bool {
     lvl == ERROR || level() >= lvl
-}
-
-/// Re-read the level (after /overrideEnv was applied).
-pub fn reset() {
-    LEVEL.store(-1, Ordering::Relaxed);
 }
 
 pub fn level_name(lvl: i32) -> &'static str {
@@ -76,6 +72,7 @@ pub fn emit(lvl: i32, msg: std::fmt::Arguments<'_>) {
 pub fn raw_write(bytes: &[u8]) {
     let mut off = 0;
     while off < bytes.len() {
+        // SAFETY: the pointer and length describe the live slice `bytes[off..]`.
         let n = unsafe { libc::write(2, bytes[off..].as_ptr().cast(), bytes.len() - off) };
         if n <= 0 {
             return;

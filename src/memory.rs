@@ -393,12 +393,7 @@ pub fn context_torn_down(ctx: u64) {
 // ---- arrays ----
 
 fn array_bytes(width: usize, height: usize, depth: usize, format: CUarray_format, channels: c_uint) -> u64 {
-    let elem = cuda_types::array_format_channel_bytes(format).unwrap_or(4) as u64;
-    (width.max(1) as u64)
-        .saturating_mul(height.max(1) as u64)
-        .saturating_mul(depth.max(1) as u64)
-        .saturating_mul(channels.max(1) as u64)
-        .saturating_mul(elem)
+    vgpu_core::arrays::array_bytes(width, height, depth, cuda_types::array_format_channel_bytes(format), channels)
 }
 
 fn count_array(st: &State, bytes: u64, what: &str, alloc: impl FnOnce() -> Result<u64, CUresult>) -> Option<CUresult> {
@@ -438,14 +433,8 @@ pub unsafe fn array_destroy(real: pfn::cuArrayDestroy, h: CUarray) -> CUresult {
 /// Bytes of a full mip chain: each level halves every dimension (layers do not shrink).
 fn mipmap_bytes(desc: &CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> u64 {
     let layered = desc.Flags & CUDA_ARRAY3D_LAYERED != 0;
-    let mut total = 0u64;
-    for l in 0..levels.clamp(1, 32) {
-        let w = (desc.Width >> l).max(1);
-        let h = if desc.Height == 0 { 0 } else { (desc.Height >> l).max(1) };
-        let d = if desc.Depth == 0 || layered { desc.Depth } else { (desc.Depth >> l).max(1) };
-        total = total.saturating_add(array_bytes(w, h, d, desc.Format, desc.NumChannels));
-    }
-    total
+    let elem = cuda_types::array_format_channel_bytes(desc.Format);
+    vgpu_core::arrays::mipmap_bytes(desc.Width, desc.Height, desc.Depth, layered, levels, elem, desc.NumChannels)
 }
 
 pub unsafe fn mipmapped_array_create(

@@ -3,6 +3,12 @@
 //! container's usage from the region) and the process list shows the container's processes with
 //! their accounted usage, PIDs as seen inside the container. Without a limit or region: the
 //! driver's answer unchanged.
+//!
+//! # Safety
+//!
+//! The hook implementations follow the `hooks` contract (`real` is NVML's function of the same
+//! symbol, pointer arguments are the caller's and go to `real` unchanged, out-pointers are
+//! touched only after a null check and read only after `NVML_SUCCESS`).
 
 use crate::driver;
 use crate::ffi::*;
@@ -11,7 +17,7 @@ use crate::state::{self, State};
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
 use vgpu_core::region::MAX_DEVICES;
-use vgpu_core::views::{self, NvmlMemory, NvmlMemoryV2};
+use vgpu_core::views::{self, NvmlListAnswer, NvmlMemory, NvmlMemoryV2};
 
 /// NVML pre/post-init of the contract: attach the region, publish `device_num` and `uuids`.
 pub unsafe fn init(real: unsafe extern "C" fn() -> nvmlReturn_t) -> nvmlReturn_t {
@@ -33,6 +39,7 @@ fn after_init(r: nvmlReturn_t) -> nvmlReturn_t {
 fn region_dev(device: nvmlDevice_t) -> Option<usize> {
     let f = driver::nvmlDeviceGetIndex()?;
     let mut i: c_uint = 0;
+    // SAFETY: NVML's own function with the caller's handle and a pointer to a local.
     (unsafe { f(device, &mut i) } == NVML_SUCCESS && (i as usize) < MAX_DEVICES).then_some(i as usize)
 }
 
@@ -49,6 +56,7 @@ pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, device: nvmlDevice
         return r;
     }
     let Some((limit, used)) = limit_and_usage(device) else { return r };
+    // SAFETY: non-null, and filled by NVML (success): the caller's `nvmlMemory_t`.
     let mm = unsafe { &mut *m };
     let v = views::nvml_memory(limit, NvmlMemory { total: mm.total, free: mm.free, used: mm.used }, used);
     (mm.total, mm.free, mm.used) = (v.total, v.free, v.used);
@@ -61,6 +69,7 @@ pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, device: nvml
         return r;
     }
     let Some((limit, used)) = limit_and_usage(device) else { return r };
+    // SAFETY: non-null, and filled by NVML (success): the caller's `nvmlMemory_v2_t`.
     let mm = unsafe { &mut *m };
     let phys = NvmlMemoryV2 { total: mm.total, reserved: mm.reserved, free: mm.free, used: mm.used };
     let v = views::nvml_memory_v2(limit, phys, used);
@@ -88,16 +97,23 @@ fn container_processes(st: &State, dev: usize) -> Option<Vec<(u32, u64)>> {
 }
 
 /// NVML's two-call protocol: report the count; fill only if the caller's array is big enough.
+///
+/// # Safety
+/// `count` is non-null and valid; `infos` is null or, as NVML's API requires of the caller, an
+/// array of at least `*count` (on entry) writable entries.
 unsafe fn fill<T>(count: *mut c_uint, infos: *mut T, procs: &[(u32, u64)], make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {
+    // SAFETY: `count` is valid (function contract).
     let cap = unsafe { *count } as usize;
+    // SAFETY: as above.
     unsafe { *count = procs.len() as c_uint };
-    if procs.len() > cap {
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    }
-    if !procs.is_empty() && infos.is_null() {
-        return NVML_ERROR_INVALID_ARGUMENT;
+    match views::nvml_list_answer(cap, procs.len(), infos.is_null()) {
+        NvmlListAnswer::InsufficientSize => return NVML_ERROR_INSUFFICIENT_SIZE,
+        NvmlListAnswer::InvalidArgument => return NVML_ERROR_INVALID_ARGUMENT,
+        NvmlListAnswer::Fill => {}
     }
     for (i, &(pid, used)) in procs.iter().enumerate() {
+        // SAFETY: `infos` is non-null here (checked by the answer) and `i < procs.len() <= cap`,
+        // inside the caller's array of `cap` entries.
         unsafe { infos.add(i).write(make(pid, used)) };
     }
     NVML_SUCCESS
@@ -105,6 +121,10 @@ unsafe fn fill<T>(count: *mut c_uint, infos: *mut T, procs: &[(u32, u64)], make:
 
 /// Replace the driver's list (host PIDs of every tenant) with the container's own processes,
 /// when a limit makes this a virtual device. Otherwise forward.
+///
+/// # Safety
+/// `count` and `infos` are the caller's arguments of a `nvmlDeviceGetComputeRunningProcesses*`
+/// call (the contract of [`fill`] once `count` is non-null).
 unsafe fn running<T>(
     device: nvmlDevice_t,
     count: *mut c_uint,
@@ -121,6 +141,7 @@ unsafe fn running<T>(
         return forward();
     }
     match container_processes(st, dev) {
+        // SAFETY: `count` is non-null (checked above); both are the caller's NVML arguments.
         Some(procs) => unsafe { fill(count, infos, &procs, make) },
         None => forward(),
     }

@@ -32,21 +32,27 @@ pub fn hook_for(real: *mut c_void) -> Option<*mut c_void> {
     map.binary_search_by_key(&(real as usize), |e| e.0).ok().map(|i| map[i].1 as *mut c_void)
 }
 
+/// # Safety
+/// `pfn` is null or points to the pointer the driver just filled (after `CUDA_SUCCESS`); `symbol`
+/// is null or the caller's NUL-terminated symbol name.
 unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64) {
     if pfn.is_null() {
         return;
     }
+    // SAFETY: `pfn` is non-null and the caller's out-pointer (function contract).
     let got = unsafe { *pfn };
     if got.is_null() {
         return;
     }
     if let Some(h) = hook_for(got) {
+        // SAFETY: as above; `h` is our export for exactly the function the driver returned.
         unsafe { *pfn = h };
         return;
     }
     // Not ours. If the name looks like one we hook, the driver handed out an address we cannot
     // map: say so once, since that call will not be governed.
     if !symbol.is_null() && crate::log::enabled(crate::log::WARN) {
+        // SAFETY: non-null, NUL-terminated (the contract of `cuGetProcAddress`'s `symbol`).
         let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
         if hooks::CUDA_HOOKS.iter().any(|h| base_name(h.name.to_bytes()) == name.as_bytes()) {
             crate::warn!("cuGetProcAddress({name}, flags={flags}) returned an address libvgpu does not know; calls through it are not governed");
@@ -71,6 +77,8 @@ fn base_name(name: &[u8]) -> &[u8] {
     n
 }
 
+/// # Safety
+/// The `hooks` contract: `real` is the driver's `cuGetProcAddress`, arguments are the caller's.
 pub unsafe fn get_proc_address(
     real: crate::hooks::cuda::pfn::cuGetProcAddress,
     symbol: *const c_char,
@@ -85,6 +93,8 @@ pub unsafe fn get_proc_address(
     r
 }
 
+/// # Safety
+/// The `hooks` contract: `real` is the driver's `cuGetProcAddress_v2`, arguments are the caller's.
 pub unsafe fn get_proc_address_v2(
     real: crate::hooks::cuda::pfn::cuGetProcAddress_v2,
     symbol: *const c_char,

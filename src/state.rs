@@ -76,6 +76,7 @@ fn init_slow() -> &'static State {
 fn build() -> State {
     apply_override_env();
     let config = Config::from_system();
+    crate::log::set_level(config.log_level);
     for w in &config.warnings {
         crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
     }
@@ -127,7 +128,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
     }
 }
 
-/// `/overrideEnv` (contract §1.5): applied before the configuration is read.
+/// `/overrideEnv` (docs/hami-contract.md §1.5): applied before the configuration is read.
 fn apply_override_env() {
     let pairs = vgpu_core::config::read_override_env(&vgpu_core::config::SystemSources);
     for (k, v) in pairs {
@@ -135,7 +136,6 @@ fn apply_override_env() {
             unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 1) };
         }
     }
-    crate::log::reset();
 }
 
 impl State {

@@ -1,4 +1,4 @@
-//! Issue 4 (compute limiter) on the simulated GPU: every launch path is limited (incl. `_ptsz`,
+//! The compute limiter on the simulated GPU: every launch path is limited (incl. `_ptsz`,
 //! `Ex`, cooperative, multi-device, graphs), captured launches pass untouched, the unlimited path
 //! adds no driver calls, the policy and HAMi's control words are honoured (a small test monitor
 //! writes them as HAMi's vGPU monitor does, at the contract's byte offsets), per-process
@@ -160,7 +160,7 @@ fn band(what: &str, v: f64, target: f64, tol: f64, o: &str) {
     assert!((v - target).abs() <= tol, "{what}: {v:.1} % not within {target} ± {tol}\n{o}");
 }
 
-/// The test monitor: the v1.2 region as HAMi's vGPU monitor sees it (contract §3.2, byte offsets
+/// The test monitor: the v1.2 region as HAMi's vGPU monitor sees it (docs/hami-contract.md §3.2, byte offsets
 /// written out here), plus the private extension words for the metrics checks.
 struct Monitor {
     base: *mut u8,

@@ -64,3 +64,16 @@ fn log_level_zero_silences_warnings_but_not_errors() {
     out.ok();
     assert_eq!(log_lines_with(&out, "WARN"), 0, "{}", out.dump());
 }
+
+#[test]
+fn malformed_log_level_is_reported_once_by_the_one_parser() {
+    // The early logger and the configuration share one parser; only the configuration reports a
+    // malformed value (once), and the default level 2 applies.
+    let sb = Sandbox::new("cfg-loglevel");
+    let out = sb.run(artifacts().bin("cudart_like")).shim(true).env("LIBCUDA_LOG_LEVEL", "-1").go();
+    out.ok();
+    let lines = out.stderr.lines().filter(|l| l.contains("LIBCUDA_LOG_LEVEL")).count();
+    assert_eq!(lines, 1, "one line naming the variable, from any source: {}", out.dump());
+    assert_eq!(log_lines_with(&out, "LIBCUDA_LOG_LEVEL=\"-1\""), 1, "the line names the value: {}", out.dump());
+    assert_eq!(log_lines_with(&out, "INFO"), 0, "default level 2 (no info lines): {}", out.dump());
+}

@@ -1,5 +1,5 @@
 //! ELF-level checks of the shim: exported names, NEEDED list, undefined symbols
-//! (rust-shim-notes §6, §8, §10).
+//! (docs/shim-notes.md §6, §8, §10).
 
 mod common;
 use common::*;

@@ -1,5 +1,5 @@
 //! fork: a child gets its own slot, owns none of the parent's usage, and gives its slot back at
-//! exit; the parent's accounting is untouched (hami-contract.md §3.9, rust-shim-notes §12).
+//! exit; the parent's accounting is untouched (docs/hami-contract.md §3.9, docs/shim-notes.md §12).
 
 mod common;
 use common::*;

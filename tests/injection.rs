@@ -1,10 +1,10 @@
-//! The real injection path, without Kubernetes (issue 5 §3).
+//! The real injection path, without Kubernetes.
 //!
 //! HAMi's device plugin does not set `LD_PRELOAD`: it bind-mounts a file over the container's
 //! `/etc/ld.so.preload` naming `/usr/local/vgpu/libvgpu.so`, mounts the library there, mounts a
 //! per-container host directory on `/usr/local/vgpu` (where the region file
 //! `/usr/local/vgpu/<uuid>.cache` lands, and where the vGPU monitor reads it on the host), mounts
-//! `/tmp/vgpulock`, and sets the container's environment (hami-contract.md §1.1, §2.1). This test
+//! `/tmp/vgpulock`, and sets the container's environment (docs/hami-contract.md §1.1, §2.1). This test
 //! reproduces that as root in fresh mount + PID namespaces (`unshare -m -p -f --mount-proc`; the
 //! namespace's init carries the device plugin's environment, as a pod's does), runs
 //! `tests/py/injection.sh` inside (a shell, coreutils, python, NVIDIA's Python bindings, a C client,
@@ -149,7 +149,7 @@ impl Step {
     }
 }
 
-/// The vGPU monitor's discovery (hami-contract.md §4.1) over `<H>/vgpu/containers`: returns the
+/// The vGPU monitor's discovery (docs/hami-contract.md §4.1) over `<H>/vgpu/containers`: returns the
 /// region file it would load for each container directory, or why it would skip it.
 fn monitor_scan(containers: &Path) -> BTreeMap<String, Result<PathBuf, String>> {
     let mut m = BTreeMap::new();
@@ -291,7 +291,7 @@ fn hami_injection_path_without_kubernetes() {
             sb.run(unshare())
                 .args(&args)
                 .ld_library_path(None)
-                // The device plugin's environment (hami-contract.md §1.1).
+                // The device plugin's environment (docs/hami-contract.md §1.1).
                 .env("NVIDIA_VISIBLE_DEVICES", GPU_UUID)
                 .env("CUDA_DEVICE_MEMORY_LIMIT_0", format!("{LIMIT_MIB}m"))
                 .env("CUDA_DEVICE_SM_LIMIT", SM_LIMIT.to_string())
@@ -408,7 +408,7 @@ fn hami_injection_path_without_kubernetes() {
     }
     let region = region.expect("region file at the host path");
     assert_region_header(&region);
-    // Created 0666 regardless of umask (hami-contract.md §3.7): processes of other users in the
+    // Created 0666 regardless of umask (docs/hami-contract.md §3.7): processes of other users in the
     // container must be able to attach.
     let mode = std::fs::metadata(&region_host)
         .unwrap()

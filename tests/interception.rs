@@ -298,7 +298,7 @@ fn shim_is_silent_at_default_log_level() {
 }
 
 /// 16 threads race through first use (dlopen, dlsym of cuGetProcAddress_v2, lookups) and then do
-/// 500 alloc/free pairs each (rust-shim-notes §3): every pair succeeds and memory comes back.
+/// 500 alloc/free pairs each (docs/shim-notes.md §3): every pair succeeds and memory comes back.
 #[test]
 fn first_use_race_16_threads() {
     let sb0 = Sandbox::new("race-base");

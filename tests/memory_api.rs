@@ -1,4 +1,4 @@
-//! Issue 3 §4 "Proof", per-API: every counted allocation path under a memory limit, with the exact
+//! Memory-limit proof, per-API: every counted allocation path under a memory limit, with the exact
 //! count read back from the region file at the contract's byte offsets (`used[0].total` at +32 and
 //! the category fields `context_size` +0 / `data_size` +16 of `device_memory_t`), the error at the
 //! limit (CUDA_ERROR_OUT_OF_MEMORY, nothing changed) and the release path.

@@ -1,4 +1,4 @@
-//! Issue 3 §4 "Proof", multi-process: N ≥ 8 processes of one container (one region) allocating
+//! Memory-limit proof, multi-process: N ≥ 8 processes of one container (one region) allocating
 //! at the same time under one limit, sampled from outside; SIGKILL storms, including kills of the
 //! process that holds the container lock at that instant; reclamation of dead processes' slots.
 

@@ -1,5 +1,5 @@
-//! Issue 3 §4 "Proof", region: the file HAMi's monitor reads, checked with an independent offset
-//! table (tests/memory_support: byte offsets from hami-contract.md §3, not the Rust structs), the
+//! Memory-limit proof, region: the file HAMi's monitor reads, checked with an independent offset
+//! table (tests/memory_support: byte offsets from docs/hami-contract.md §3, not the Rust structs), the
 //! attach-in-place rules, and safe behaviour on files that are not a valid region.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 3 §4 "Proof", views: cuMemGetInfo_v2, cuDeviceTotalMem_v2, nvmlDeviceGetMemoryInfo (v1,
+//! Memory-limit proof, views: cuMemGetInfo_v2, cuDeviceTotalMem_v2, nvmlDeviceGetMemoryInfo (v1,
 //! v2) and nvmlDeviceGetComputeRunningProcesses (v1/v2/v3 ABIs) agree with each other and with the
 //! region at every observed moment; usage pushed above the limit by a path the shim does not
 //! count still gives sane numbers; per-device limits follow the device a CUDA ordinal really is.

@@ -1,6 +1,6 @@
 //! The shim must be harmless for every process it is preloaded into: non-CUDA programs never load
 //! the driver or create the region, a missing driver behaves as without the shim, `RTLD_NEXT` /
-//! `RTLD_DEFAULT` semantics are preserved (rust-shim-notes §2), and an application's `dlclose` of
+//! `RTLD_DEFAULT` semantics are preserved (docs/shim-notes.md §2), and an application's `dlclose` of
 //! the driver does not break later use (§13).
 
 mod common;
@@ -164,7 +164,7 @@ fn no_driver_anywhere_behaves_like_without_shim() {
     assert_eq!(base.code, Some(127), "{}", base.dump());
     assert_eq!(shim.code, Some(127), "{}", shim.dump());
     // Framework-style probe: must not crash; dlopen fails in both cases. The shim exports cuInit
-    // (rust-shim-notes §10), so a naive shim would answer dlsym(RTLD_DEFAULT, "cuInit"); if it
+    // (docs/shim-notes.md §10), so a naive shim would answer dlsym(RTLD_DEFAULT, "cuInit"); if it
     // ever does, calling it without a driver must return an error, not crash.
     let base = run("probe_client", false);
     base.ok();
@@ -214,7 +214,7 @@ fn probe_with_driver_present() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RTLD_NEXT / RTLD_DEFAULT (rust-shim-notes §2).
+// RTLD_NEXT / RTLD_DEFAULT (docs/shim-notes.md §2).
 
 fn rtld_next(sb: &Sandbox, preload: Option<&std::path::Path>) -> Out {
     let mut r = sb.run("rtld_next");
@@ -290,7 +290,7 @@ fn rtld_tests_detect_a_naive_dlsym_wrapper() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// dlclose / re-dlopen (rust-shim-notes §13).
+// dlclose / re-dlopen (docs/shim-notes.md §13).
 
 #[test]
 fn dlclose_and_reopen_works_under_shim() {
@@ -336,7 +336,7 @@ fn pointer_from_before_dlclose_still_works_under_shim() {
     assert_eq!(h.get("cuMemAlloc_v2"), Some(&3), "{h:?}");
 }
 
-/// The shim opens the driver itself with RTLD_NODELETE (rust-shim-notes §13), so an application's
+/// The shim opens the driver itself with RTLD_NODELETE (docs/shim-notes.md §13), so an application's
 /// dlclose can never unmap what the shim's cached pointers point into. (The simulated driver happens
 /// to stay mapped after dlclose anyway, so this is checked at the dlopen call: a spy library
 /// preloaded before the shim logs every dlopen with its flags and calling object.)

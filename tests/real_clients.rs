@@ -1,4 +1,4 @@
-//! Real clients we did not write, through the shim, on the simulated GPU (issue 5 §1):
+//! Real clients we did not write, through the shim, on the simulated GPU:
 //! NVIDIA's Python driver bindings (`cuda-bindings` 12.x, `from cuda.bindings import driver`),
 //! `pynvml` (`nvidia-ml-py`), and two processes of one container (one Python, one C) sharing one
 //! limit. The packages come from `ci/venv.sh` (run on first use). Scripts: `tests/py/`.

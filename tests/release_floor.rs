@@ -1,4 +1,4 @@
-//! The release artifact built for old container images (issue 5 §4): `ci/release.sh` builds
+//! The release artifact built for old container images: `ci/release.sh` builds
 //! `target/release-floor/libvgpu.so` with cargo-zigbuild against glibc 2.17 (recorded in
 //! `target/release-floor/FLOOR`). This test checks that artifact (or `VGPU_RELEASE_SO`):
 //!

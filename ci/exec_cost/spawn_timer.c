@@ -1,4 +1,4 @@
-/* Per-exec cost of a preloaded library (issue 5 §4; method of rust-shim-notes §6).
+/* Per-exec cost of a preloaded library (method of docs/shim-notes.md §6).
  *
  *   spawn_timer ROUNDS WARMUP PROGRAM NAME=PRELOAD [NAME=PRELOAD...]
  *

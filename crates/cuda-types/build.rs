@@ -1,18 +1,47 @@
-//! Without the `regen-bindings` feature this does nothing: `src/generated.rs` is committed.
+//! Always: writes `$OUT_DIR/pfn.rs`, one alias per `PFN_<symbol>` type of `src/generated.rs`
+//! (`pub type <symbol> = <PFN_<symbol> as FnOf>::F;`, the bare function type without the
+//! `Option`), included by `lib.rs` as `cuda_types::pfn`. Derived at every build from the committed
+//! file, so the aliases cannot drift from it; a plain text scan, no dependencies.
+//!
+//! Without the `regen-bindings` feature that is all: `src/generated.rs` is committed.
 //!
 //! With it (ci/gen-bindings.sh), bindgen regenerates the bindings from `include/vgpu_cuda.h` and
 //! `include/vgpu_nvml.h` and writes them to `src/generated.rs` (or to `$VGPU_BINDINGS_OUT`, which
 //! `ci/gen-bindings.sh --check` uses to compare without touching the tree). Needs libclang.
 //!
-//! Settings (rust-shim-notes §11): types and constants only, never `extern "C"` function
+//! Settings (docs/shim-notes.md §11): types and constants only, never `extern "C"` function
 //! declarations (inside the shim they would resolve to the shim's own exports); C enums become
 //! plain integer constants, not Rust enums (the driver may return values we do not list);
 //! `Default` derived; layout assertions on.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/generated.rs");
     #[cfg(feature = "regen-bindings")]
     regen::run();
+    write_pfn_aliases();
+}
+
+/// `pfn.rs`: for every `pub type PFN_<symbol> = ...` line of `src/generated.rs`, the alias
+/// `pub type <symbol> = <crate::PFN_<symbol> as crate::FnOf>::F;`.
+fn write_pfn_aliases() {
+    use std::fmt::Write as _;
+    let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let generated = std::fs::read_to_string(manifest.join("src/generated.rs")).expect("read src/generated.rs");
+    let mut out = String::from("// Written by crates/cuda-types/build.rs from the PFN_ types of src/generated.rs.\n");
+    let mut n = 0;
+    for line in generated.lines() {
+        let Some(rest) = line.strip_prefix("pub type PFN_") else { continue };
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        assert!(!name.is_empty(), "unexpected PFN_ line in generated.rs: {line}");
+        writeln!(out, "pub type {name} = <crate::PFN_{name} as crate::FnOf>::F;").unwrap();
+        n += 1;
+    }
+    assert!(n > 0, "no PFN_ types found in src/generated.rs");
+    let dest = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("pfn.rs");
+    if std::fs::read_to_string(&dest).ok().as_deref() != Some(out.as_str()) {
+        std::fs::write(&dest, out).expect("write pfn.rs");
+    }
 }
 
 #[cfg(feature = "regen-bindings")]

@@ -67,6 +67,7 @@ abi_table! {
     ctype  cuda CUmemPoolProps_v1 = "struct CUmemPoolProps_st";
     ctype  cuda CUmemPoolProps = "CUmemPoolProps_v1";
     ctype  cuda CUmemPool_attribute = "enum CUmemPool_attribute_enum";
+    ctype  cuda CUmem_advise = "enum CUmem_advise_enum";
     ctype  cuda CUarray_format = "enum CUarray_format_enum";
     ctype  cuda CUDA_ARRAY_DESCRIPTOR_v2 = "struct CUDA_ARRAY_DESCRIPTOR_st";
     ctype  cuda CUDA_ARRAY_DESCRIPTOR = "CUDA_ARRAY_DESCRIPTOR_v2";
@@ -193,6 +194,8 @@ abi_table! {
     align  cuda CUmemPoolProps = 8;
     size   cuda CUmemPool_attribute = 4;
     align  cuda CUmemPool_attribute = 4;
+    size   cuda CUmem_advise = 4;
+    align  cuda CUmem_advise = 4;
     size   cuda CUarray_format = 4;
     align  cuda CUarray_format = 4;
     size   cuda CUDA_ARRAY_DESCRIPTOR_v2 = 24;
@@ -561,6 +564,12 @@ abi_table! {
     value  cuda CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6;
     value  cuda CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7;
     value  cuda CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8;
+    value  cuda CU_MEM_ADVISE_SET_READ_MOSTLY = 1;
+    value  cuda CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2;
+    value  cuda CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3;
+    value  cuda CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4;
+    value  cuda CU_MEM_ADVISE_SET_ACCESSED_BY = 5;
+    value  cuda CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6;
     value  cuda CU_AD_FORMAT_UNSIGNED_INT8 = 1;
     value  cuda CU_AD_FORMAT_UNSIGNED_INT16 = 2;
     value  cuda CU_AD_FORMAT_UNSIGNED_INT32 = 3;
@@ -894,6 +903,11 @@ abi_table! {
     func   cuda cuStreamQuery_ptsz = PFN_cuStreamQuery_ptsz;
     func   cuda cuStreamSynchronize_ptsz = PFN_cuStreamSynchronize_ptsz;
     func   cuda cuGetErrorString = PFN_cuGetErrorString;
+    func   cuda cuMemAdvise = PFN_cuMemAdvise;
+    func   cuda cuStreamGetCtx = PFN_cuStreamGetCtx;
+    func   cuda cuStreamGetCtx_ptsz = PFN_cuStreamGetCtx_ptsz;
+    func   cuda cuEventElapsedTime_v2 = PFN_cuEventElapsedTime_v2;
+    func   cuda cuThreadExchangeStreamCaptureMode = PFN_cuThreadExchangeStreamCaptureMode;
 
     // ---- nvml: functions (prototype in include/, NVIDIA declaration, PFN_ typedef) ----
     func   nvml nvmlInit = PFN_nvmlInit;

@@ -1,4 +1,4 @@
-/* Reproduces libcudart's loading pattern (driver-loading.md §1.1-1.3):
+/* Reproduces libcudart's loading pattern (docs/driver-loading.md §1.1-1.3):
  * dlopen("libcuda.so.1"); the ONLY dlsym is "cuGetProcAddress_v2"; probe "", then "cuInit"@2000,
  * "cuGetProcAddress"@11030 and @12000; every other lookup goes through the pointer returned for
  * "cuGetProcAddress"@12000, including cuLaunchKernel with flags 0 and flags 2 (per-thread stream). */
@@ -77,7 +77,7 @@ int main(void) {
     kv_int("launch_ptsz_distinct", launch0 != launch2);
     kv_int("launch_4000_flags2_is_legacy", launch2_4000 == (void *)launch0);
     /* Where the pointers live. Unhooked ones must stay in the driver; the export-table function must
-     * be the driver's own, unwrapped (driver-loading.md §1.6). */
+     * be the driver's own, unwrapped (docs/driver-loading.md §1.6). */
     kv_str("obj_cuDeviceGet", obj_of((void *)devget));
     kv_str("obj_cuGetExportTable", obj_of((void *)exptab));
     kv_str("obj_cuCtxSynchronize", obj_of((void *)sync));

@@ -1,5 +1,5 @@
 /* dlopen the driver, resolve through cuGetProcAddress, allocate, dlclose, dlopen again, resolve
- * again and allocate again (rust-shim-notes §13).
+ * again and allocate again (docs/shim-notes.md §13).
  * argv[1] == "stale": additionally call the cuMemAlloc pointer obtained before dlclose, after
  * dlclose (only valid while something keeps the driver mapped, e.g. a shim's RTLD_NODELETE). */
 #define _GNU_SOURCE

@@ -1,6 +1,6 @@
 /* LD_PRELOADed *before* the shim: logs every dlopen (name, flags, calling object) to stderr as
  * `[spy] dlopen name=<name> flags=0x<hex> caller=<object basename>` and forwards to libc's dlopen.
- * Lets tests check how the shim opens the driver (e.g. RTLD_NODELETE, rust-shim-notes §13). */
+ * Lets tests check how the shim opens the driver (e.g. RTLD_NODELETE, docs/shim-notes.md §13). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>

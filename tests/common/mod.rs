@@ -268,7 +268,7 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
             deps: vec![header.clone()],
             args: vec!["-ldl".into()],
         },
-        // RTLD_NEXT / RTLD_DEFAULT regression (rust-shim-notes §2).
+        // RTLD_NEXT / RTLD_DEFAULT regression (docs/shim-notes.md §2).
         CJob {
             out: "libreal.so",
             sources: &["rtld_real.c"],

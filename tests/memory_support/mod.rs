@@ -1,6 +1,6 @@
 //! Support for the memory tests (tests/memory_*.rs): the interactive C client
 //! (`tests/c/mem_client.c`), an independent reader of the v1.2 region file (byte offsets written
-//! out here from hami-contract.md §3, deliberately NOT taken from `vgpu_core::region`), and the
+//! out here from docs/hami-contract.md §3, deliberately NOT taken from `vgpu_core::region`), and the
 //! container lock taken from the test side for consistent snapshots.
 #![allow(dead_code)]
 
@@ -22,7 +22,7 @@ pub const CUDA_ERROR_INVALID_VALUE: i64 = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: i64 = 2;
 
 // ------------------------------------------------------------------------------------------------
-// Independent offset table (hami-contract.md §3.2-§3.4).
+// Independent offset table (docs/hami-contract.md §3.2-§3.4).
 
 pub mod off {
     pub const MAGIC: usize = 0;

@@ -1,4 +1,4 @@
-"""NVIDIA's Python driver bindings (cuda-bindings 12.x) as a real client of the shim (issue 5 §1).
+"""NVIDIA's Python driver bindings (cuda-bindings 12.x) as a real client of the shim.
 
     python cuda_client.py SCENARIO [ARGS]
 

@@ -1,8 +1,8 @@
 #!/bin/sh
-# The inside of tests/injection.rs (issue 5 §3): run as the init (pid 1) of fresh mount + PID
+# The inside of tests/injection.rs: run as the init (pid 1) of fresh mount + PID
 # namespaces by `unshare -m -p -f --mount-proc`, with the environment HAMi's device plugin gives a
 # container (its /proc/1/environ is therefore the container's, as in a pod). It reproduces the
-# device plugin's mounts (hami-contract.md §2.1) without touching the host, then runs a shell,
+# device plugin's mounts (docs/hami-contract.md §2.1) without touching the host, then runs a shell,
 # coreutils, python and CUDA clients under /etc/ld.so.preload.
 #
 # Inputs (environment): INJ_POD_DIR (host <H>/vgpu/containers/<podUID>_<ctr>), INJ_SHIM (host
@@ -49,7 +49,7 @@ if [ ! -d /usr/local/vgpu ]; then
     mkdir /usr/local/vgpu
 fi
 
-# --- 2. the device plugin's mounts (hami-contract.md §2.1), parents first -------------------------
+# --- 2. the device plugin's mounts (docs/hami-contract.md §2.1), parents first -------------------------
 # <H>/vgpu  <-  <H>/vgpu/containers/<podUID>_<ctr>   (rw)
 mount --bind "$INJ_POD_DIR" /usr/local/vgpu
 # <H>/vgpu/libvgpu.so  <-  the library (ro); the file mount point lands in the host directory,
@@ -80,7 +80,7 @@ run ls ls -A /usr/local/vgpu
 run cat_maps cat /proc/self/maps
 run cat_preload cat /etc/ld.so.preload
 run python3 python3 -c 'import os; m = open("/proc/self/maps").read(); print("python=ok"); print("shim_mapped=%d" % ("/usr/local/vgpu/libvgpu.so" in m)); print("cuda_mapped=%d" % ("libcuda" in m))'
-# Nothing above touched CUDA: no region file yet (lazy initialisation, hami-contract.md §7.4).
+# Nothing above touched CUDA: no region file yet (lazy initialisation, docs/hami-contract.md §7.4).
 run ls_before_cuda ls -A /usr/local/vgpu
 
 # A CUDA client (NVIDIA's Python bindings) and a C client: limited by CUDA_DEVICE_MEMORY_LIMIT_0.

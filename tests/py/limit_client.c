@@ -1,6 +1,6 @@
-/* A small C CUDA client driven by a list of steps (issue 5 §1, §3, §4).
+/* A small C CUDA client driven by a list of steps.
  *
- * It loads the driver the way libcudart does (driver-loading.md §1.1-1.2): dlopen("libcuda.so.1"),
+ * It loads the driver the way libcudart does (docs/driver-loading.md §1.1-1.2): dlopen("libcuda.so.1"),
  * ONE dlsym of "cuGetProcAddress_v2", then every entry point through cuGetProcAddress @ 12000.
  * Self-contained on purpose (no project headers): it stands for "somebody else's program".
  *

@@ -1,4 +1,4 @@
-"""pynvml (nvidia-ml-py) as a real client of the shim (issue 5 §1).
+"""pynvml (nvidia-ml-py) as a real client of the shim.
 
     python nvml_client.py [--alloc MiB] [--hold READY GO]
 

@@ -1,11 +1,11 @@
-//! Private helpers of the real-world tests (issue 5): `tests/real_clients.rs`, `tests/injection.rs`,
+//! Private helpers of the real-world tests: `tests/real_clients.rs`, `tests/injection.rs`,
 //! `tests/release_floor.rs` include this file with `#[path = "py/rw_common.rs"] mod rw;` next to
 //! `mod common;` (the shared harness, which they use but do not change).
 //!
 //! * [`python`]: the venv interpreter with cuda-bindings 12.x and pynvml (`ci/venv.sh`).
 //! * [`limit_client`]: `tests/py/limit_client.c`, compiled once into `target/<profile>/rwbin/`.
 //! * [`Region`]: an independent reader of the v1.2 region (offsets written out from
-//!   hami-contract.md §3, deliberately not shared with `vgpu-core`).
+//!   docs/hami-contract.md §3, deliberately not shared with `vgpu-core`).
 #![allow(dead_code)]
 
 use crate::common::{Out, artifacts};
@@ -116,7 +116,7 @@ pub fn wait_file(p: &Path, secs: u64) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Region reader (hami-contract.md §3.1-3.4)
+// Region reader (docs/hami-contract.md §3.1-3.4)
 
 pub const MAGIC: i32 = 19_920_718;
 pub const REGION_SIZE: usize = 2_008_952;

@@ -1,4 +1,4 @@
-"""Independent reader of the HAMi v1.2 shared usage region (hami-contract.md §3).
+"""Independent reader of the HAMi v1.2 shared usage region (docs/hami-contract.md §3).
 
 Offsets are written out here by hand from the contract, on purpose: this reader must not share
 code with the shim (crates/vgpu-core/src/region.rs), so that a layout mistake on either side shows

@@ -615,6 +615,14 @@ pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute_enum = 7;
 pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute_enum = 8;
 pub type CUmemPool_attribute_enum = ::core::ffi::c_uint;
 pub use self::CUmemPool_attribute_enum as CUmemPool_attribute;
+pub const CU_MEM_ADVISE_SET_READ_MOSTLY: CUmem_advise_enum = 1;
+pub const CU_MEM_ADVISE_UNSET_READ_MOSTLY: CUmem_advise_enum = 2;
+pub const CU_MEM_ADVISE_SET_PREFERRED_LOCATION: CUmem_advise_enum = 3;
+pub const CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: CUmem_advise_enum = 4;
+pub const CU_MEM_ADVISE_SET_ACCESSED_BY: CUmem_advise_enum = 5;
+pub const CU_MEM_ADVISE_UNSET_ACCESSED_BY: CUmem_advise_enum = 6;
+pub type CUmem_advise_enum = ::core::ffi::c_uint;
+pub use self::CUmem_advise_enum as CUmem_advise;
 pub const CU_AD_FORMAT_UNSIGNED_INT8: CUarray_format_enum = 1;
 pub const CU_AD_FORMAT_UNSIGNED_INT16: CUarray_format_enum = 2;
 pub const CU_AD_FORMAT_UNSIGNED_INT32: CUarray_format_enum = 3;
@@ -1665,6 +1673,25 @@ pub type PFN_cuStreamSynchronize_ptsz =
 pub type PFN_cuGetErrorString = ::core::option::Option<
     unsafe extern "C" fn(error: CUresult, pStr: *mut *const ::core::ffi::c_char) -> CUresult,
 >;
+pub type PFN_cuMemAdvise = ::core::option::Option<
+    unsafe extern "C" fn(
+        devPtr: CUdeviceptr,
+        count: usize,
+        advice: CUmem_advise,
+        device: CUdevice,
+    ) -> CUresult,
+>;
+pub type PFN_cuStreamGetCtx = ::core::option::Option<
+    unsafe extern "C" fn(hStream: CUstream, pctx: *mut CUcontext) -> CUresult,
+>;
+pub type PFN_cuStreamGetCtx_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(hStream: CUstream, pctx: *mut CUcontext) -> CUresult,
+>;
+pub type PFN_cuEventElapsedTime_v2 = ::core::option::Option<
+    unsafe extern "C" fn(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent) -> CUresult,
+>;
+pub type PFN_cuThreadExchangeStreamCaptureMode =
+    ::core::option::Option<unsafe extern "C" fn(mode: *mut CUstreamCaptureMode) -> CUresult>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvmlDevice_st {

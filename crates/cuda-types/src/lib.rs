@@ -3,8 +3,9 @@
 //! `generated.rs` is produced by bindgen from `include/vgpu_cuda.h` and `include/vgpu_nvml.h`
 //! (regenerate with `ci/gen-bindings.sh`; normal builds need no libclang). It holds types,
 //! constants and `PFN_<exported symbol>` function-pointer types, never `extern "C"` function
-//! declarations. C enums are plain integer type aliases plus constants (`CUresult` is `u32`,
-//! `nvmlReturn_t` is `u32`): the driver may return values no enum lists.
+//! declarations (`pfn::<symbol>` below is the bare function type of each `PFN_`). C enums are
+//! plain integer type aliases plus constants (`CUresult` is `u32`, `nvmlReturn_t` is `u32`): the
+//! driver may return values no enum lists.
 //!
 //! Names and layouts are NVIDIA's; `tests/abi_conformance.rs` (root package) checks the C headers
 //! against NVIDIA's cuda.h / nvml.h, and `tests/abi_table.rs` here checks these Rust types against
@@ -14,6 +15,22 @@
 #![allow(clippy::all)]
 
 include!("generated.rs");
+
+/// The function type inside a bindgen `PFN_<symbol>` (`Option<unsafe extern "C" fn(...) -> R>`).
+pub trait FnOf {
+    type F;
+}
+impl<F> FnOf for Option<F> {
+    type F = F;
+}
+
+/// `pfn::<symbol>`: the bare `unsafe extern "C" fn(...)` type of each `PFN_<symbol>`, one alias
+/// per `PFN_` type, derived by `build.rs` from `generated.rs`. The shim types its exports and the
+/// real functions it calls with these, so each Rust signature is the one bindgen generated from a
+/// prototype in `include/` that `tests/abi_conformance.rs` checks against NVIDIA's headers.
+pub mod pfn {
+    include!(concat!(env!("OUT_DIR"), "/pfn.rs"));
+}
 
 use core::ffi::c_void;
 

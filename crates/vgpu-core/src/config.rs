@@ -1,6 +1,6 @@
-//! The environment contract (hami-contract.md §1.3-§1.5), read once into a [`Config`].
+//! The environment contract (docs/hami-contract.md §1.3-§1.5), read once into a [`Config`].
 //!
-//! ## Where the configuration comes from (known-failures.md #3)
+//! ## Where the configuration comes from (docs/known-failures.md #3)
 //!
 //! The limit variables are `CUDA_DEVICE_MEMORY_LIMIT[_i]`, `CUDA_DEVICE_SM_LIMIT[_i]` and
 //! `CUDA_DEVICE_MEMORY_SHARED_CACHE` (set and non-empty counts as present).
@@ -135,7 +135,8 @@ pub struct Config {
     pub origin: ConfigOrigin,
     pub task_priority: i32,
     pub core_policy: CorePolicy,
-    /// Errors always; >= 2 warnings; >= 3 info; >= 4 debug.
+    /// Errors always; >= 2 warnings; >= 3 info; >= 4 debug. The shim's logger uses this once the
+    /// process state is built (so the pid-1 fallback applies to it too).
     pub log_level: i32,
     /// Minimum seconds between `last_kernel_time` writes.
     pub record_kernel_interval: u64,
@@ -192,7 +193,7 @@ pub fn parse_environ(content: &[u8]) -> HashMap<String, String> {
     m
 }
 
-/// `/overrideEnv` (contract §1.5): `KEY=VALUE` lines up to the first line without `=`.
+/// `/overrideEnv` (docs/hami-contract.md §1.5): `KEY=VALUE` lines up to the first line without `=`.
 /// A trailing `\r` is stripped; lines with an empty key are skipped (setenv would reject them).
 /// Returns the pairs in file order; the shim decides when (and whether) to apply them.
 pub fn parse_override_env(content: &[u8]) -> Vec<(String, String)> {
@@ -243,6 +244,19 @@ fn parse_bool(s: &str) -> Option<bool> {
     match s.trim_ascii() {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// `LIBCUDA_LOG_LEVEL` when unset or malformed.
+pub const DEFAULT_LOG_LEVEL: i32 = 2;
+
+/// The one parser of `LIBCUDA_LOG_LEVEL`, shared by [`Config`] and the shim's early logger (which
+/// reads the process environment before a `Config` exists): a non-negative integer, capped at 10.
+/// `None` = malformed.
+pub fn parse_log_level(s: &str) -> Option<i32> {
+    match s.trim_ascii().parse::<i32>() {
+        Ok(v) if v >= 0 => Some(v.min(10)),
         _ => None,
     }
 }
@@ -454,10 +468,10 @@ impl<'a> Builder<'a> {
         };
 
         let log_level = match self.contract(ENV_LOG_LEVEL) {
-            None => 2,
-            Some(v) => parse_i32(&v).unwrap_or_else(|| {
-                self.warn(ENV_LOG_LEVEL, &v, "not an integer: using the default log level 2".into());
-                2
+            None => DEFAULT_LOG_LEVEL,
+            Some(v) => parse_log_level(&v).unwrap_or_else(|| {
+                self.warn(ENV_LOG_LEVEL, &v, "not a non-negative integer: using the default log level 2".into());
+                DEFAULT_LOG_LEVEL
             }),
         };
 
@@ -777,6 +791,11 @@ pub(crate) mod tests {
         assert!(!c.oversubscribe);
         assert!(!c.active_oom_killer);
         assert_eq!(c.warnings.len(), 4, "{:?}", c.warnings);
+        for (v, level, warns) in [("-1", 2, true), ("99", 10, false), (" 3 ", 3, false), ("0", 0, false), ("", 2, false)] {
+            let c = Config::from_sources(&Fake::env(&[("LIBCUDA_LOG_LEVEL", v)]));
+            assert_eq!(c.log_level, level, "LIBCUDA_LOG_LEVEL={v:?}");
+            assert_eq!(!c.warnings.is_empty(), warns, "LIBCUDA_LOG_LEVEL={v:?}: {:?}", c.warnings);
+        }
         let c = Config::from_sources(&Fake::env(&[("RECORD_KERNEL_INTERVAL", "5"), ("CUDA_TASK_PRIORITY", "-1")]));
         assert_eq!(c.record_kernel_interval, 5);
         assert_eq!(c.task_priority, -1);

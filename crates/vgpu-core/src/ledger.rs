@@ -1,5 +1,5 @@
 //! Memory accounting: reserve-before-allocate against the container limit, and the per-process
-//! allocation table (hami-contract.md §6, known-failures.md #1/#2).
+//! allocation table (docs/hami-contract.md §6, docs/known-failures.md #1/#2).
 //!
 //! The shim's allocation hook does:
 //! ```text

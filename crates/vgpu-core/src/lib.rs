@@ -2,7 +2,9 @@
 //! the shared region's layout and file protocol, the container lock, process slots, memory
 //! accounting and the virtual memory view. Everything here is unit-tested with `cargo test -p vgpu-core`.
 
+pub mod arrays;
 pub mod config;
+pub mod devices;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;

@@ -1,4 +1,4 @@
-//! Limit syntax of hami-contract.md §1.4.
+//! Limit syntax of docs/hami-contract.md §1.4.
 //!
 //! Accepted: `<n>` (bytes) and `<n>k|K|m|M|g|G` (KiB/MiB/GiB), `n` decimal, u64, overflow
 //! checked; surrounding ASCII whitespace is ignored; empty = 0.

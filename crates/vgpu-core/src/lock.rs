@@ -1,4 +1,4 @@
-//! A container-wide lock that the kernel releases when its holder dies (known-failures.md #4).
+//! A container-wide lock that the kernel releases when its holder dies (docs/known-failures.md #4).
 //!
 //! Mechanism: an OFD lock (`F_OFD_SETLK`, Linux ≥ 3.15) on one byte of the region file,
 //! [`crate::region::LOCK_BYTE_OFFSET`] — outside the incumbent's `lockf` range, so create/attach

@@ -1,4 +1,4 @@
-//! The shared usage region: HAMi-core's v1.2 layout (hami-contract.md §3.2-§3.4), byte for byte,
+//! The shared usage region: HAMi-core's v1.2 layout (docs/hami-contract.md §3.2-§3.4), byte for byte,
 //! plus libvgpu's private extension block.
 //!
 //! Every field lives in a file that other processes (other shims, the C library, HAMi's vGPU
@@ -241,7 +241,7 @@ pub struct RegionMap {
     pub ext: RegionExt,
 }
 
-// ---- layout assertions: every offset and size of hami-contract.md §3.2-§3.4 ----
+// ---- layout assertions: every offset and size of docs/hami-contract.md §3.2-§3.4 ----
 
 const _: () = {
     assert!(size_of::<RawSem>() == 32 && align_of::<RawSem>() == 8);
@@ -352,7 +352,7 @@ impl SharedRegion {
     }
 
     /// Writes `uuid` NUL-terminated with the rest of the 96 bytes zeroed: the monitor keys
-    /// containers by the *whole* field (contract §4.2), so trailing garbage would break matching.
+    /// containers by the *whole* field (docs/hami-contract.md §4.2), so trailing garbage would break matching.
     /// Longer strings are truncated to 95 bytes.
     pub fn set_uuid(&self, d: usize, uuid: &str) {
         let src = uuid.as_bytes();

@@ -1,4 +1,4 @@
-//! Opening, creating and attaching the region file (hami-contract.md §3.7).
+//! Opening, creating and attaching the region file (docs/hami-contract.md §3.7).
 //!
 //! Protocol of [`Region::open`]:
 //! 1. Open `O_RDWR` (never truncating). If the file does not exist, create it mode 0666: an
@@ -481,7 +481,7 @@ impl Region {
         a.compare_exchange(old, now_secs, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
-    /// The monitor is blocking this container (`recent_kernel < 0`, contract §4.3).
+    /// The monitor is blocking this container (`recent_kernel < 0`, docs/hami-contract.md §4.3).
     pub fn launches_blocked(&self) -> bool {
         self.shared().recent_kernel.load(Ordering::Acquire) < 0
     }
@@ -524,7 +524,7 @@ fn init_header(r: &SharedRegion, init: &RegionInit) {
         r.set_uuid(d, "");
     }
     r.device_num.store(0, rl);
-    // Kept valid for C-library processes that may share the file (contract §8 MUST 11).
+    // Kept valid for C-library processes that may share the file (docs/hami-contract.md §8 MUST 11).
     unsafe {
         libc::sem_init(r.sem.as_ptr(), 1, 1);
         libc::sem_init(r.sem_postinit.as_ptr(), 1, 1);

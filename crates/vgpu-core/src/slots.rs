@@ -1,4 +1,4 @@
-//! Process slots (hami-contract.md §3.9-§3.10) and the per-slot seqlock (§3.8).
+//! Process slots (docs/hami-contract.md §3.9-§3.10) and the per-slot seqlock (§3.8).
 //!
 //! Invariants kept for the monitor: live slots are compacted into `procs[0..proc_num)`, a live
 //! slot has `status = 1`, an exited one `status = 0`. The monitor has no liveness check, so dead

@@ -1,4 +1,4 @@
-//! The virtual device memory view (known-failures.md #11, hami-contract.md §6.4/§6.7), one
+//! The virtual device memory view (docs/known-failures.md #11, docs/hami-contract.md §6.4/§6.7), one
 //! arithmetic for every surface: `cuMemGetInfo(_v2)`, `cuDeviceTotalMem(_v2)`,
 //! `nvmlDeviceGetMemoryInfo(_v2)`.
 //!
@@ -64,10 +64,43 @@ pub fn nvml_memory_v2(limit: u64, phys: NvmlMemoryV2, container_used: u64) -> Nv
     NvmlMemoryV2 { total, reserved, free, used }
 }
 
+/// NVML's two-call protocol for a process list of `n` entries, the caller's array holding `cap`
+/// (its `*count` on entry). The caller always reports `n` back in `*count`, then:
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvmlListAnswer {
+    /// Write the `n` entries and return success (also for `n == 0` with a null array).
+    Fill,
+    /// `NVML_ERROR_INSUFFICIENT_SIZE`: the array is too small; nothing is written.
+    InsufficientSize,
+    /// `NVML_ERROR_INVALID_ARGUMENT`: entries to write but no array.
+    InvalidArgument,
+}
+
+pub fn nvml_list_answer(cap: usize, n: usize, array_is_null: bool) -> NvmlListAnswer {
+    if n > cap {
+        NvmlListAnswer::InsufficientSize
+    } else if n > 0 && array_is_null {
+        NvmlListAnswer::InvalidArgument
+    } else {
+        NvmlListAnswer::Fill
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     const G: u64 = 1 << 30;
+
+    #[test]
+    fn nvml_two_call_protocol() {
+        use NvmlListAnswer::*;
+        assert_eq!(nvml_list_answer(0, 0, true), Fill, "size query with nothing to list");
+        assert_eq!(nvml_list_answer(0, 3, true), InsufficientSize, "size query: the count comes back");
+        assert_eq!(nvml_list_answer(2, 3, false), InsufficientSize);
+        assert_eq!(nvml_list_answer(3, 3, false), Fill);
+        assert_eq!(nvml_list_answer(8, 3, false), Fill);
+        assert_eq!(nvml_list_answer(8, 3, true), InvalidArgument);
+    }
 
     #[test]
     fn cuda_view() {

@@ -1,5 +1,5 @@
 //! Simulated `libcuda.so.1` (test-only). See `docs/design.md` "Simulated GPU" and
-//! `shared/docs/driver-loading.md` §6.
+//! `docs/driver-loading.md` §6.
 //!
 //! * [`exports`] holds the one list of exported entry points: every `(base name, ABI version,
 //!   per-thread flag)` variant is a distinct exported function, and the `cuGetProcAddress` table is

@@ -1,4 +1,4 @@
-//! HAMi's control words (hami-contract.md §3.2, §4.2-§4.3) and the core-utilisation policy.
+//! HAMi's control words (docs/hami-contract.md §3.2, §4.2-§4.3) and the core-utilisation policy.
 //!
 //! * `utilization_switch` (monitor-owned): 1 = enforce the SM limit, 0 = don't, under the default
 //!   policy. `GPU_CORE_UTILIZATION_POLICY=force` enforces regardless, `disable` never enforces.
@@ -11,7 +11,7 @@
 //!   `RECORD_KERNEL_INTERVAL` seconds, only ever increased (CAS).
 //!
 //! Blocking applies whatever the SM limit (a low-priority container without a limit is still
-//! paused while a higher-priority one runs: known-failures #26), except under `disable`.
+//! paused while a higher-priority one runs: docs/known-failures.md #26), except under `disable`.
 
 use crate::config::CorePolicy;
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};

@@ -25,7 +25,7 @@ mod vsim;
 /// Parts per million.
 pub const PPM: u64 = 1_000_000;
 
-/// Refill rate for a limit in percent; `None` = unlimited (0 or ≥ 100, contract §1.3).
+/// Refill rate for a limit in percent; `None` = unlimited (0 or ≥ 100, docs/hami-contract.md §1.3).
 pub fn limit_to_ppm(pct: u64) -> Option<u64> {
     if pct == 0 || pct >= 100 { None } else { Some(pct * 10_000) }
 }

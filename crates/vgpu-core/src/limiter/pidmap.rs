@@ -1,7 +1,7 @@
 //! Host-PID resolution: which PID does NVML report for this process?
 //!
-//! NVML reports host PIDs; inside a container `getpid()` is a namespace PID (contract §1.2,
-//! known-failures #5). The incumbent retains an extra primary context under a container-wide
+//! NVML reports host PIDs; inside a container `getpid()` is a namespace PID (docs/hami-contract.md §5.2,
+//! docs/known-failures.md #5). The incumbent retains an extra primary context under a container-wide
 //! semaphore to diff NVML's process list (~300 ms per process, serialised). Here nothing is
 //! created and nothing is serialised:
 //!
