@@ -17,6 +17,7 @@
 # (which has no engine to map), median of FIRST rounds (target ≤ 5 ms extra).
 #
 #   ci/exec_cost.sh [--rounds N] [--warmup N] [--program PATH] [--runs K] [--first N] [--no-build]
+#                   [--extra NAME=PATH]...   (more preloads to compare, e.g. an older artifact)
 #
 # --runs K repeats the whole measurement K times (independent processes) and prints each table;
 # on a 2-core machine expect ±10-20 µs between runs. Missing artifacts are built unless --no-build.
@@ -30,6 +31,7 @@ PROGRAM=/bin/true
 RUNS=1
 FIRST=200
 BUILD=1
+EXTRA=()
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) ROUNDS=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
         --program) PROGRAM=$2; shift 2 ;;
         --runs) RUNS=$2; shift 2 ;;
         --first) FIRST=$2; shift 2 ;;
+        --extra) EXTRA+=("$2"); shift 2 ;;
         --no-build) BUILD=0; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
@@ -60,6 +63,7 @@ fi
 variants=(none=- "empty-c=$WORK/libempty.so")
 [ -f "$NATIVE" ] && variants+=("shim-native=$NATIVE") || echo "exec_cost: no $NATIVE (skipped)" >&2
 [ -f "$FLOOR" ] && variants+=("shim-floor=$FLOOR") || echo "exec_cost: no $FLOOR (skipped)" >&2
+variants+=("${EXTRA[@]}")
 
 describe() {
     local so=$1
@@ -77,8 +81,8 @@ for v in "${variants[@]}"; do
 done
 # Median VmRSS (KiB) of rss_probe with preload $1 ("-": none).
 rss_kib() {
-    local i
-    for i in $(seq 1 21); do
+    local _
+    for _ in $(seq 1 21); do
         if [ "$1" = - ]; then env -u LD_PRELOAD "$WORK/rss_probe"; else LD_PRELOAD=$1 "$WORK/rss_probe"; fi
     done | sort -n | sed -n 11p
 }
@@ -124,8 +128,9 @@ if [ "$FIRST" -gt 0 ] && [ -f "$FLOOR" ] && [ -f "$TARGET_DIR/release/libcuda.so
     echo "|---|---:|---:|"
     fbase=$(awk '$1=="none"{print $2}' <<< "$fout")
     while read -r name med; do
-        printf '| %s | %.0f | %s |\n' "$name" "$med" \
-            "$([ "$name" = none ] && echo — || awk -v a="$med" -v b="$fbase" 'BEGIN{printf "%+.0f µs", a-b}')"
+        d=—
+        [ "$name" = none ] || d=$(awk -v a="$med" -v b="$fbase" 'BEGIN{printf "%+.0f µs", a-b}')
+        printf '| %s | %.0f | %s |\n' "$name" "$med" "$d"
     done <<< "$fout"
 elif [ "$FIRST" -gt 0 ]; then
     echo "exec_cost: first-cuInit figure skipped (needs $FLOOR and $TARGET_DIR/release/libcuda.so)" >&2

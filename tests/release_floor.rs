@@ -392,3 +392,34 @@ fn release_artifact_without_engine_fails_closed() {
     sh.ok();
     assert!(sh.stderr.is_empty(), "{}", sh.dump());
 }
+
+/// Without a usable `/proc/self/fd` (here: a tmpfs over /proc in a private mount namespace) the
+/// first stage maps its engine from a temporary file instead, removes the file, and the client
+/// runs limited as usual. Same namespace policy as tests/injection.rs.
+#[test]
+fn release_artifact_maps_engine_without_proc() {
+    let Some((so, _)) = artifact() else { return };
+    let sb = Sandbox::new("floor-noproc");
+    let tmp = sb.subdir("tmp");
+    let probe = std::process::Command::new("unshare").args(["-m", "true"]).env_remove("LD_PRELOAD").output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("\n### SKIP: this machine refuses mount namespaces (`unshare -m`) ###\n");
+        if std::env::var("VGPU_ALLOW_SKIP_NAMESPACES").as_deref() == Ok("1") {
+            return;
+        }
+        panic!("namespaces refused; set VGPU_ALLOW_SKIP_NAMESPACES=1 to accept skipping this test");
+    }
+    let script = format!("mount -t tmpfs none /proc && exec {} info", limit_client().display());
+    let out = sb
+        .run("/usr/bin/unshare")
+        .args(["-m", "/bin/sh", "-c", &script])
+        .env("LD_PRELOAD", &so)
+        .env("TMPDIR", &tmp)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "256m")
+        .go();
+    out.ok();
+    assert_eq!(u64_of(&out, "s0.total"), 256 * MIB, "{}", out.dump());
+    out.assert_no_shim_errors();
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "temporary engine copy left behind: {left:?}");
+}

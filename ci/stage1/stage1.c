@@ -344,38 +344,46 @@ static char *put_str(char *p, const char *s) {
     return p;
 }
 
-/* dlopen the engine from a copy in a memfd, else from a named temporary file (no /proc, or a
- * kernel without memfd_create) that is removed again at once. */
-static void *open_engine(dlopen_fn dlo, int self, off_t off, size_t len) {
-    const int mode = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
-    char path[4096], *p;
+/* dlopen a copy of the engine written to FD (then closed), through PATH. */
+static void *open_copy(dlopen_fn dlo, int self, off_t off, size_t len, int fd, const char *path) {
     void *h = 0;
+    if (copy_range(self, off, len, fd) == 0) h = dlo(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    close(fd);
+    return h;
+}
+
+/* dlopen the engine from a copy in a memfd, else from a named temporary file (no /proc, a kernel
+ * without memfd_create, vm.memfd_noexec=2) that is removed again at once. */
+static void *open_engine(dlopen_fn dlo, int self, off_t off, size_t len) {
+    char path[4096], *p;
+    void *h;
     int fd;
 #ifdef SYS_memfd_create
-    fd = (int)syscall(SYS_memfd_create, "libvgpu-engine.so", 1 /* MFD_CLOEXEC */);
+    /* MFD_CLOEXEC | MFD_EXEC (Linux 6.3+: executable even under vm.memfd_noexec=1); older
+     * kernels reject MFD_EXEC with EINVAL. */
+    fd = (int)syscall(SYS_memfd_create, "libvgpu-engine.so", 0x1u | 0x10u);
+    if (fd < 0) fd = (int)syscall(SYS_memfd_create, "libvgpu-engine.so", 0x1u);
     if (fd >= 0) {
-        if (copy_range(self, off, len, fd) == 0) {
-            p = put_num(put_str(path, "/proc/self/fd/"), (unsigned long)fd);
-            *p = 0;
-            h = dlo(path, mode);
-        }
-        close(fd);
-        if (h) return h;
+        p = put_num(put_str(path, "/proc/self/fd/"), (unsigned long)fd);
+        *p = 0;
+        if ((h = open_copy(dlo, self, off, len, fd, path))) return h;
     }
 #endif
-    const char *dir = getenv("TMPDIR");
-    if (!dir || !*dir || str_len(dir) > 3000) dir = "/tmp";
-    p = put_str(path, dir);
-    p = put_str(p, "/.libvgpu-engine.");
-    p = put_num(p, (unsigned long)syscall(SYS_getpid));
-    p = put_str(p, ".so");
-    *p = 0;
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
-    if (fd < 0) return 0;
-    if (copy_range(self, off, len, fd) == 0) h = dlo(path, mode);
-    close(fd);
-    unlink(path);
-    return h;
+    const char *dirs[] = {getenv("TMPDIR"), "/dev/shm", "/tmp", "/var/tmp"};
+    for (unsigned i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!dirs[i] || !*dirs[i] || str_len(dirs[i]) > 3000) continue;
+        p = put_str(path, dirs[i]);
+        p = put_str(p, "/.libvgpu-engine.");
+        p = put_num(p, (unsigned long)syscall(SYS_getpid));
+        p = put_str(p, ".so");
+        *p = 0;
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
+        if (fd < 0) continue;
+        h = open_copy(dlo, self, off, len, fd, path);
+        unlink(path);
+        if (h) return h;
+    }
+    return 0;
 }
 
 /* Map the engine and fill the slots; 1 on success. Runs once per process. */
