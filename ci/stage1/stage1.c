@@ -124,8 +124,8 @@ static uint32_t sysv_hash(const char *s) {
 }
 
 static int sym_ok(const ElfW(Sym) *s, const char *strtab, const char *name) {
-    int t = ELF64_ST_TYPE(s->st_info);
-    return s->st_shndx != SHN_UNDEF && s->st_value != 0 && (t == STT_FUNC || t == STT_GNU_IFUNC) &&
+    /* STT_FUNC only: an IFUNC's value is its resolver (dlopen/dlsym/dlerror are plain functions). */
+    return s->st_shndx != SHN_UNDEF && s->st_value != 0 && ELF64_ST_TYPE(s->st_info) == STT_FUNC &&
            str_eq(strtab + s->st_name, name);
 }
 
@@ -386,6 +386,58 @@ static void *open_engine(dlopen_fn dlo, int self, off_t off, size_t len) {
     return 0;
 }
 
+static unsigned long parse_hex(const char **p) {
+    unsigned long v = 0;
+    for (;; (*p)++) {
+        char c = **p;
+        if (c >= '0' && c <= '9') v = v * 16 + (unsigned long)(c - '0');
+        else if (c >= 'a' && c <= 'f') v = v * 16 + (unsigned long)(c - 'a' + 10);
+        else return v;
+    }
+}
+
+/* Our file by the kernel's name for the mapping that contains our code (the loader's name may be
+ * relative to a directory the process has left). Returns an fd or -1. */
+static int open_self_from_maps(void) {
+    char buf[4096];
+    uintptr_t me = (uintptr_t)&self_cb;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), found = -1;
+    size_t have = 0;
+    if (fd < 0) return -1;
+    for (;;) {
+        ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+        if (r <= 0) break;
+        have += (size_t)r;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        for (;;) {
+            nl = line;
+            while (nl < buf + have && *nl != '\n') nl++;
+            if (nl == buf + have) break;
+            *nl = 0;
+            const char *p = line;
+            unsigned long lo = parse_hex(&p);
+            if (*p == '-') {
+                p++;
+                unsigned long hi = parse_hex(&p);
+                if (me >= lo && me < hi) {
+                    const char *path = line;
+                    while (*path && *path != '/') path++;
+                    if (*path) found = open(path, O_RDONLY | O_CLOEXEC);
+                    close(fd);
+                    return found;
+                }
+            }
+            line = nl + 1;
+        }
+        have -= (size_t)(line - buf);
+        for (size_t i = 0; i < have; i++) buf[i] = line[i];
+        if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
+    }
+    close(fd);
+    return -1;
+}
+
 /* Map the engine and fill the slots; 1 on success. Runs once per process. */
 static int load_engine(void) {
     const char *self_path = 0;
@@ -395,7 +447,9 @@ static int load_engine(void) {
         say("cannot map the engine", "no dlopen in libc.so.6 or libdl.so.2");
         return 0;
     }
-    int self = self_path && *self_path ? open(self_path, O_RDONLY | O_CLOEXEC) : -1;
+    int self = self_path && *self_path == '/' ? open(self_path, O_RDONLY | O_CLOEXEC) : -1;
+    if (self < 0) self = open_self_from_maps();
+    if (self < 0 && self_path && *self_path) self = open(self_path, O_RDONLY | O_CLOEXEC);
     if (self < 0) {
         say("cannot map the engine: cannot open this library", self_path ? self_path : "(no name)");
         return 0;
