@@ -401,7 +401,12 @@ fn release_artifact_maps_engine_without_proc() {
     let Some((so, _)) = artifact() else { return };
     let sb = Sandbox::new("floor-noproc");
     let tmp = sb.subdir("tmp");
-    let probe = std::process::Command::new("unshare").args(["-m", "true"]).env_remove("LD_PRELOAD").output();
+    let unshare = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| "/usr/bin/unshare".into());
+    let probe = std::process::Command::new(&unshare).args(["-m", "true"]).env_remove("LD_PRELOAD").output();
     if !probe.is_ok_and(|o| o.status.success()) {
         eprintln!("\n### SKIP: this machine refuses mount namespaces (`unshare -m`) ###\n");
         if std::env::var("VGPU_ALLOW_SKIP_NAMESPACES").as_deref() == Ok("1") {
@@ -411,7 +416,7 @@ fn release_artifact_maps_engine_without_proc() {
     }
     let script = format!("mount -t tmpfs none /proc && exec {} info", limit_client().display());
     let out = sb
-        .run("/usr/bin/unshare")
+        .run(&unshare)
         .args(["-m", "/bin/sh", "-c", &script])
         .env("LD_PRELOAD", &so)
         .env("TMPDIR", &tmp)
