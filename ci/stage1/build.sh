@@ -65,10 +65,10 @@ ASM
     echo '    .section .note.GNU-stack,"",@progbits'
 } > "$GEN/tramp.S"
 
-"$@" -O2 -fPIC -shared -fvisibility=hidden -fno-stack-protector -fno-sanitize=all \
+"$@" -O2 -g0 -fPIC -shared -fvisibility=hidden -fno-stack-protector -fno-sanitize=all \
     -fno-asynchronous-unwind-tables -Wall -Wextra -Wno-unused-result \
     -I"$GEN" -o "$GEN/stage1.so" "$HERE/stage1.c" "$GEN/tramp.S" \
-    -Wl,-soname,libvgpu.so -Wl,-z,defs -Wl,-z,now -Wl,-z,relro -Wl,--hash-style=gnu -Wl,--build-id=none \
+    -Wl,-soname,libvgpu.so -Wl,-z,defs -Wl,-z,now -Wl,-z,relro -Wl,--hash-style=gnu -Wl,--build-id=none -Wl,--strip-all \
     -Wl,-z,noexecstack
 objcopy --add-section .vgpu_engine="$ENGINE" --set-section-flags .vgpu_engine=readonly,noload \
     "$GEN/stage1.so" "$GEN/out.so"
