@@ -10,7 +10,9 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let target = std::env::var("TARGET").unwrap_or_default();
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvgpu.so");
+    // The engine half of the release artifact (feature `engine`) is never found by name.
+    let soname = if std::env::var_os("CARGO_FEATURE_ENGINE").is_some() { "libvgpu-engine.so" } else { "libvgpu.so" };
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,defs");
     // cargo-zigbuild (ci/release.sh) brings its own unwinder; only native gnu builds need this.
     let zig = std::env::var("CARGO_ZIGBUILD_ZIG_PATH").is_ok() || target.contains("gnu.2.");

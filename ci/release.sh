@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build the release artifact of libvgpu.so against an old glibc floor.
+# Build the release artifact of libvgpu.so against an old glibc floor. Two stages
+# in one file (docs/design.md "Exec cost"): a tiny first stage (ci/stage1) that every
+# process maps, carrying the engine (the shim built with `--features engine`) in a non-loaded
+# section that it maps on the first CUDA/NVML touch.
 #
 #   ci/release.sh            build target/release-floor/libvgpu.so for glibc 2.17 and check it
-#   ci/release.sh --check F  only run the checks on an existing .so F
+#   ci/release.sh --check F  only run the checks on an existing .so F (and its embedded engine)
 #
 # The shim is injected through /etc/ld.so.preload into images we do not control: a build that
 # needs a newer glibc than the image has kills every process in it ("version `GLIBC_2.34' not
@@ -12,7 +15,8 @@
 # cargo-zigbuild --locked` if the wheel is unavailable).
 #
 # Output: target/release-floor/libvgpu.so, target/release-floor/FLOOR (the glibc floor actually
-# used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt.
+# used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt,
+# target/release-floor/libvgpu-engine.so (a copy of the embedded engine, for inspection).
 #
 # Environment: VGPU_GLIBC_FLOOR (default 2.17), CARGO_TARGET_DIR (honoured; default target/),
 # VGPU_ZIGLANG_SPEC / VGPU_ZIGBUILD_SPEC (pip version specifiers; default ==0.17.1 / ==0.24.1, the
@@ -45,8 +49,10 @@ REQUIRED_EXPORTS=(
     cuDevicePrimaryCtxRetain cuDeviceTotalMem_v2
     nvmlInit nvmlInit_v2 nvmlInitWithFlags nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2
 )
-# NEEDED entries a release build may have (each costs every exec ~40 µs; libgcc_s ~110 µs).
-ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2|libpthread\.so\.0|libdl\.so\.2|libm\.so\.6|librt\.so\.1)$'
+# NEEDED entries the artifact may have: every process pays for each (~40 µs; libgcc_s ~110 µs).
+ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2)$'
+# ... and the engine, which only CUDA/NVML processes map.
+ENGINE_ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2|libpthread\.so\.0|libdl\.so\.2|libm\.so\.6|librt\.so\.1)$'
 
 # Highest GLIBC_x.y[.z] a .so requires (objdump -T), printed on stdout.
 max_glibc() {
@@ -58,9 +64,9 @@ version_le() {
     [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$1" ]
 }
 
-# check_so FILE FLOOR: the three guards of docs/shim-notes.md §8 plus the export list.
+# check_so FILE FLOOR [NEEDED_RE]: the three guards of docs/shim-notes.md §8 plus the export list.
 check_so() {
-    local so=$1 floor=$2 bad=0 max needed exports missing extra
+    local so=$1 floor=$2 allowed=${3:-$ALLOWED_NEEDED} bad=0 max needed exports missing extra
     [ -f "$so" ] || die "no such file: $so"
     max=$(max_glibc "$so")
     [ -n "$max" ] || die "objdump -T found no GLIBC_ version in $so"
@@ -78,14 +84,14 @@ check_so() {
     log "     NEEDED: $(echo "$needed" | tr '\n' ' ')"
     while read -r lib; do
         [ -n "$lib" ] || continue
-        if ! [[ $lib =~ $ALLOWED_NEEDED ]]; then
+        if ! [[ $lib =~ $allowed ]]; then
             log "FAIL NEEDED has $lib (libgcc_s, libcuda, libnvidia-ml or anything outside libc's own libraries is forbidden)"
             bad=1
         fi
     done <<< "$needed"
     [ "$bad" -ne 0 ] || log "ok   NEEDED list"
     # Defined dynamic symbols (exports).
-    exports=$(objdump -T "$so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u)
+    exports=$(objdump -T "$so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | grep -vx vgpu_engine_attach | sort -u)
     missing=""
     for s in "${REQUIRED_EXPORTS[@]}"; do
         grep -qx "$s" <<< "$exports" || missing="$missing $s"
@@ -99,9 +105,34 @@ check_so() {
     return "$bad"
 }
 
+# check_artifact FILE FLOOR: the first stage (libc only, no TLS, no constructor) and the engine
+# it carries (same checks, its own NEEDED list, the same hooked names plus vgpu_engine_attach).
+check_artifact() {
+    local so=$1 floor=$2 bad=0 eng
+    check_so "$so" "$floor" || bad=1
+    if readelf -lW "$so" | grep -qw TLS; then log "FAIL the first stage has a TLS segment"; bad=1; fi
+    if readelf -dW "$so" | grep -qE '\((INIT|INIT_ARRAY|PREINIT_ARRAY)\)'; then
+        log "FAIL the first stage has constructors"; bad=1
+    fi
+    eng=$(mktemp)
+    if ! objcopy --dump-section .vgpu_engine="$eng" "$so" /dev/null 2>/dev/null; then
+        log "FAIL no .vgpu_engine section in $so"; rm -f "$eng"; return 1
+    fi
+    log "     embedded engine: $(stat -c %s "$eng") bytes"
+    check_so "$eng" "$floor" "$ENGINE_ALLOWED_NEEDED" || bad=1
+    nm -D --defined-only "$eng" | awk '{print $3}' | grep -qx vgpu_engine_attach ||
+        { log "FAIL the engine lacks vgpu_engine_attach"; bad=1; }
+    if ! diff <(objdump -T "$so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u) \
+        <(objdump -T "$eng" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | grep -vx vgpu_engine_attach | sort -u) >&2; then
+        log "FAIL the first stage and the engine export different names"; bad=1
+    fi
+    rm -f "$eng"
+    return "$bad"
+}
+
 if [ "${1:-}" = "--check" ]; then
     [ $# -ge 2 ] || die "usage: $0 --check FILE [FLOOR]"
-    check_so "$2" "${3:-$FLOOR}"
+    check_artifact "$2" "${3:-$FLOOR}"
     exit $?
 fi
 
@@ -141,9 +172,9 @@ ensure_tools
 
 build_floor() {
     local floor=$1
-    log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu"
+    log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu --features engine"
     # LD_PRELOAD must not leak into the compiler.
-    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu
+    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu --features engine
 }
 
 USED=$FLOOR
@@ -157,16 +188,20 @@ if ! build_floor "$FLOOR"; then
     build_floor "$USED" || die "zigbuild for glibc $USED failed too"
 fi
 
-SRC=$TARGET_DIR/$TRIPLE/release/libvgpu.so
-[ -f "$SRC" ] || die "build produced no $SRC"
+ENGINE=$TARGET_DIR/$TRIPLE/release/libvgpu.so
+[ -f "$ENGINE" ] || die "build produced no $ENGINE"
 mkdir -p "$OUT"
-cp -f "$SRC" "$OUT/libvgpu.so.tmp"
+cp -f "$ENGINE" "$OUT/libvgpu-engine.so"
+log "first stage: ci/stage1/build.sh with zig cc -target x86_64-linux-gnu.$USED"
+env -u LD_PRELOAD ci/stage1/build.sh "$ENGINE" "$OUT/libvgpu.so.tmp" \
+    "$TOOLS/venv/bin/python" -m ziglang cc -target "x86_64-linux-gnu.$USED" ||
+    die "first stage build failed"
 mv -f "$OUT/libvgpu.so.tmp" "$OUT/libvgpu.so"
 echo "$USED" > "$OUT/FLOOR"
 objdump -T "$OUT/libvgpu.so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u > "$OUT/exports.txt"
 log "artifact: $OUT/libvgpu.so ($(stat -c %s "$OUT/libvgpu.so") bytes), glibc floor $USED"
 
-if ! check_so "$OUT/libvgpu.so" "$USED"; then
+if ! check_artifact "$OUT/libvgpu.so" "$USED"; then
     die "release artifact checks failed"
 fi
 if [ "$USED" != "$FLOOR" ]; then

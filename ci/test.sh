@@ -11,6 +11,8 @@ export VGPU_PYTHON
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2
+# Every integration test again with the artifact we ship (two-stage, glibc 2.17) as the shim.
+VGPU_TEST_SHIM=target/release-floor/libvgpu.so cargo test -p libvgpu --tests --no-fail-fast -- --test-threads=2
 ci/gpu-validate.sh --dry-run     # the GPU validation flow, on the simulated GPU
-shellcheck ci/*.sh .ci/run
+shellcheck ci/*.sh ci/stage1/*.sh .ci/run
 echo "ci/test.sh: all checks passed"

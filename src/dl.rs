@@ -17,6 +17,7 @@ unsafe extern "C" {
 }
 
 /// Resolve glibc's `dlsym`. Allocation- and lock-free, callable from inside our `dlsym`.
+/// In the two-stage release artifact the first stage filled it in `vgpu_engine_attach`.
 pub fn real_dlsym_ptr() -> usize {
     let cur = VGPU_REAL_DLSYM.load(Ordering::Acquire);
     if cur != 0 {
@@ -40,9 +41,62 @@ pub fn real_dlsym_ptr() -> usize {
 }
 
 /// Call glibc's `dlsym` (the shim is then the caller: fine for explicit handles only).
+/// `RTLD_NEXT` means "after the preloaded object": in the two-stage artifact that object is the
+/// first stage, so the lookup is made from its code (glibc cannot resolve `RTLD_NEXT` from an
+/// object that is not in the global scope).
 pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    #[cfg(feature = "engine")]
+    if handle == libc::RTLD_NEXT {
+        if let Some(next) = stage1::next() {
+            return unsafe { next(name.as_ptr()) };
+        }
+    }
     let f: DlsymFn = unsafe { std::mem::transmute(real_dlsym_ptr()) };
     unsafe { f(handle, name.as_ptr()) }
+}
+
+/// The engine half of the two-stage release artifact (docs/design.md "Exec cost"): the preloaded
+/// first stage (`ci/stage1/stage1.c`) maps this library on the first CUDA/NVML touch and hands
+/// over, before any hook runs, glibc's `dlsym` and a lookup made from the first stage's code.
+#[cfg(feature = "engine")]
+mod stage1 {
+    use super::*;
+
+    pub type NextFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
+
+    /// Layout shared with `struct vgpu_stage1_api` in ci/stage1/stage1.c.
+    #[repr(C)]
+    pub struct Stage1Api {
+        /// `size_of::<Stage1Api>()` as the first stage knows it.
+        pub size: usize,
+        pub real_dlsym: usize,
+        pub next: Option<NextFn>,
+    }
+
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+    pub fn next() -> Option<NextFn> {
+        let p = NEXT.load(Ordering::Acquire);
+        // SAFETY: only ever set from a non-null `NextFn` in `vgpu_engine_attach`.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, NextFn>(p) })
+    }
+
+    /// Called once by the first stage right after `dlopen`; returns 0 on success.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn vgpu_engine_attach(api: *const Stage1Api) -> i32 {
+        if api.is_null() {
+            return -1;
+        }
+        // SAFETY: the first stage passes a pointer to a live, initialised struct.
+        let api = unsafe { &*api };
+        if api.size < std::mem::size_of::<Stage1Api>() || api.real_dlsym == 0 {
+            return -1;
+        }
+        let Some(next) = api.next else { return -1 };
+        VGPU_REAL_DLSYM.store(api.real_dlsym, Ordering::Release);
+        NEXT.store(next as usize, Ordering::Release);
+        0
+    }
 }
 
 /// One real library (libcuda or libnvidia-ml), opened lazily with `RTLD_NODELETE` so an

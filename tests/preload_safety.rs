@@ -369,7 +369,8 @@ fn shim_opens_driver_with_rtld_nodelete() {
     );
     let by_shim: Vec<_> = spy
         .iter()
-        .filter(|(n, _, c)| *c == "libvgpu.so" && n.contains("libcuda"))
+        // The release artifact's engine (libvgpu-engine.so) opens the driver for the first stage.
+        .filter(|(n, _, c)| (*c == "libvgpu.so" || *c == "libvgpu-engine.so") && n.contains("libcuda"))
         .collect();
     assert!(
         !by_shim.is_empty(),

@@ -235,3 +235,196 @@ fn release_floor_artifact_works_preloaded() {
         sh.dump()
     );
 }
+
+// --- what every process pays, pinned ----------------------------------------------------------
+
+/// The first stage's `NEEDED` list and its highest `GLIBC_` version, exactly: each library costs
+/// every exec of the container ~40 µs, and a newer symbol version kills old images. Change these
+/// only on purpose (and re-measure with ci/exec_cost.sh).
+const FIRST_STAGE_NEEDED: &[&str] = &["libc.so.6"];
+const FIRST_STAGE_MAX_GLIBC: &str = "2.2.5";
+/// Upper bounds with headroom (today: 10 relocations, 11 KiB of segments).
+const FIRST_STAGE_MAX_RELOCS: usize = 32;
+const FIRST_STAGE_MAX_IMAGE: u64 = 64 * 1024;
+
+fn needed_of(so: &std::path::Path) -> Vec<String> {
+    tool("readelf", &[std::ffi::OsStr::new("-dW"), so.as_os_str()])
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1).map(|s| s.trim_end_matches(']').to_string()))
+        .collect()
+}
+
+fn max_glibc_of(so: &std::path::Path) -> String {
+    let t = tool("objdump", &[std::ffi::OsStr::new("-T"), so.as_os_str()]);
+    let mut v: Vec<String> = t
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .map(str::to_string)
+        .collect();
+    v.sort_by_key(|x| version_key(x));
+    v.pop().expect("no GLIBC_ versions")
+}
+
+/// The engine the artifact carries in `.vgpu_engine`, extracted into DIR.
+fn extract_engine(so: &std::path::Path, dir: &std::path::Path) -> PathBuf {
+    let eng = dir.join("engine.so");
+    let o = std::process::Command::new("objcopy")
+        .arg(format!("--dump-section=.vgpu_engine={}", eng.display()))
+        .arg(so)
+        .arg(dir.join("stage1-copy.so"))
+        .output()
+        .expect("run objcopy");
+    assert!(o.status.success(), "no .vgpu_engine section in {}: {}", so.display(), String::from_utf8_lossy(&o.stderr));
+    eng
+}
+
+#[test]
+fn release_first_stage_is_tiny_and_pinned() {
+    let Some((so, floor)) = artifact() else { return };
+    let needed = needed_of(&so);
+    assert_eq!(needed, FIRST_STAGE_NEEDED, "the first stage's NEEDED list changed");
+    assert_eq!(max_glibc_of(&so), FIRST_STAGE_MAX_GLIBC, "the first stage's highest GLIBC_ version changed");
+    let l = tool("readelf", &[std::ffi::OsStr::new("-lW"), so.as_os_str()]);
+    assert!(!l.lines().any(|x| x.trim_start().starts_with("TLS")), "PT_TLS in the first stage:\n{l}");
+    let image: u64 = l
+        .lines()
+        .filter(|x| x.trim_start().starts_with("LOAD"))
+        .map(|x| {
+            let f: Vec<&str> = x.split_whitespace().collect();
+            u64::from_str_radix(f[5].trim_start_matches("0x"), 16).unwrap()
+        })
+        .sum();
+    assert!(image <= FIRST_STAGE_MAX_IMAGE, "first stage maps {image} bytes:\n{l}");
+    let d = tool("readelf", &[std::ffi::OsStr::new("-dW"), so.as_os_str()]);
+    for tag in ["(INIT)", "(INIT_ARRAY)", "(PREINIT_ARRAY)"] {
+        assert!(!d.contains(tag), "the first stage has a constructor {tag}:\n{d}");
+    }
+    let r = tool("readelf", &[std::ffi::OsStr::new("-rW"), so.as_os_str()]);
+    let relocs = r.lines().filter(|x| x.contains("R_X86_64_")).count();
+    assert!(relocs <= FIRST_STAGE_MAX_RELOCS, "{relocs} relocations in the first stage:\n{r}");
+
+    // The engine: same hooked names (plus its attach entry point), its own floor and NEEDED list.
+    let sb = Sandbox::new("floor-engine");
+    let eng = extract_engine(&so, &sb.dir);
+    let max = max_glibc_of(&eng);
+    assert!(version_key(&max) <= version_key(&floor), "engine needs GLIBC_{max} > floor {floor}");
+    for n in needed_of(&eng) {
+        assert!(ALLOWED_NEEDED.contains(&n.as_str()), "engine NEEDED {n} is not allowed");
+    }
+    let mut want = dyn_exports(&so);
+    want.insert("vgpu_engine_attach".into());
+    assert_eq!(dyn_exports(&eng), want, "the first stage's trampolines do not match the engine's hooks");
+    eprintln!("first stage: NEEDED {needed:?}, {relocs} relocations, {image} bytes mapped; engine GLIBC_{max}");
+}
+
+/// Processes that never touch CUDA (a shell, ls, cat, python3 using ctypes, i.e. dlsym) with the
+/// artifact preloaded and no driver anywhere: print nothing, run one thread, map neither a driver
+/// nor the engine (nor libdl/libpthread).
+#[test]
+fn release_artifact_in_non_cuda_processes_maps_nothing() {
+    let Some((so, _)) = artifact() else { return };
+    if system_has_libcuda() {
+        eprintln!("SKIP: this machine has a real libcuda; 'no driver anywhere' cannot be arranged");
+        return;
+    }
+    let sb = Sandbox::new("floor-quiet");
+    let py = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| python().to_path_buf());
+    let py_code = "import ctypes, sys\n\
+                   libc = ctypes.CDLL(None)\n\
+                   libc.getpid(); libc.close; libc.clock_gettime\n\
+                   sys.stdout.write(open('/proc/self/status').read() + open('/proc/self/maps').read())\n";
+    let runs: Vec<(PathBuf, Vec<&str>)> = vec![
+        ("/bin/sh".into(), vec!["-c", "ls / >/dev/null && cat /proc/$$/status /proc/$$/maps"]),
+        ("/bin/cat".into(), vec!["/proc/self/status", "/proc/self/maps"]),
+        (py, vec!["-c", py_code]),
+    ];
+    for (prog, args) in runs {
+        let o = sb.run(&prog).env("LD_PRELOAD", &so).ld_library_path(None).args(args).go();
+        o.ok();
+        assert!(o.stderr.is_empty(), "{} printed: {}", prog.display(), o.dump());
+        assert!(o.stdout.contains("libvgpu.so"), "not preloaded: {}", o.dump());
+        for bad in ["libcuda", "libnvidia-ml", "libvgpu-engine", "memfd:", "libdl.so", "libpthread.so"] {
+            assert!(!o.stdout.contains(bad), "{} maps {bad}: {}", prog.display(), o.dump());
+        }
+        assert!(
+            o.stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Threads:", "1"]),
+            "{} runs more than one thread: {}",
+            prog.display(),
+            o.dump()
+        );
+    }
+    // ls: the same output as without the preload, and nothing on stderr.
+    let with = sb.run("/bin/ls").env("LD_PRELOAD", &so).ld_library_path(None).args(["-a", "/"]).go();
+    let without = sb.run("/bin/ls").ld_library_path(None).args(["-a", "/"]).go();
+    with.ok();
+    assert!(with.stderr.is_empty(), "ls printed: {}", with.dump());
+    assert_eq!(with.stdout, without.stdout);
+}
+
+/// A damaged artifact (its engine section gone) must not lift the limit: one line on stderr,
+/// and every hooked entry point fails (here cuGetProcAddress, so the client gets no cuInit),
+/// while a non-CUDA process still runs silently.
+#[test]
+fn release_artifact_without_engine_fails_closed() {
+    let Some((so, _)) = artifact() else { return };
+    let sb = Sandbox::new("floor-noengine");
+    let broken = sb.dir.join("libvgpu.so");
+    let o = std::process::Command::new("objcopy")
+        .args(["--remove-section", ".vgpu_engine"])
+        .arg(&so)
+        .arg(&broken)
+        .output()
+        .expect("run objcopy");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = sb.run(limit_client()).env("LD_PRELOAD", &broken).args(["info"]).go();
+    assert_ne!(out.code, Some(0), "the client initialised CUDA without the engine: {}", out.dump());
+    let errors: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("[libvgpu]")).collect();
+    assert_eq!(errors.len(), 1, "{}", out.dump());
+    assert!(errors[0].contains("cannot map the engine"), "{}", out.dump());
+    assert!(out.get("s0.total").is_none(), "cuMemGetInfo answered: {}", out.dump());
+    let sh = sb.run("/bin/sh").env("LD_PRELOAD", &broken).args(["-c", "true"]).go();
+    sh.ok();
+    assert!(sh.stderr.is_empty(), "{}", sh.dump());
+}
+
+/// Without a usable `/proc/self/fd` (here: a tmpfs over /proc in a private mount namespace) the
+/// first stage maps its engine from a temporary file instead, removes the file, and the client
+/// runs limited as usual. Same namespace policy as tests/injection.rs.
+#[test]
+fn release_artifact_maps_engine_without_proc() {
+    let Some((so, _)) = artifact() else { return };
+    let sb = Sandbox::new("floor-noproc");
+    let tmp = sb.subdir("tmp");
+    let unshare = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| "/usr/bin/unshare".into());
+    let probe = std::process::Command::new(&unshare).args(["-m", "true"]).env_remove("LD_PRELOAD").output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("\n### SKIP: this machine refuses mount namespaces (`unshare -m`) ###\n");
+        if std::env::var("VGPU_ALLOW_SKIP_NAMESPACES").as_deref() == Ok("1") {
+            return;
+        }
+        panic!("namespaces refused; set VGPU_ALLOW_SKIP_NAMESPACES=1 to accept skipping this test");
+    }
+    let script = format!("mount -t tmpfs none /proc && exec {} info", limit_client().display());
+    let out = sb
+        .run(&unshare)
+        .args(["-m", "/bin/sh", "-c", &script])
+        .env("LD_PRELOAD", &so)
+        .env("TMPDIR", &tmp)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "256m")
+        .go();
+    out.ok();
+    assert_eq!(u64_of(&out, "s0.total"), 256 * MIB, "{}", out.dump());
+    out.assert_no_shim_errors();
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "temporary engine copy left behind: {left:?}");
+}

@@ -29,7 +29,8 @@ pub struct Artifacts {
     pub profile_dir: PathBuf,
     /// `true` when the tests run from `target/release`.
     pub release: bool,
-    /// `target/<profile>/libvgpu.so`.
+    /// `target/<profile>/libvgpu.so`, or `VGPU_TEST_SHIM` (ci/test.sh runs the interception and
+    /// injection tests a second time with the release artifact `target/release-floor/libvgpu.so`).
     pub shim: PathBuf,
     /// `target/<profile>/simlib` with `libcuda.so.1`, `libnvidia-ml.so.1`, … symlinks.
     pub simlib: PathBuf,
@@ -131,7 +132,10 @@ fn build_all() -> Artifacts {
         .unwrap_or_else(|e| panic!("cannot run nested cargo build ({cargo:?}): {e}"));
     assert!(status.success(), "nested `cargo build` failed: {status}");
 
-    let shim = profile_dir.join("libvgpu.so");
+    let shim = match std::env::var_os("VGPU_TEST_SHIM").filter(|p| !p.is_empty()) {
+        Some(p) => root.join(p), // an absolute value replaces root
+        None => profile_dir.join("libvgpu.so"),
+    };
     let libcuda = profile_dir.join("libcuda.so");
     let libnvml = profile_dir.join("libnvidia_ml.so");
     let simctl = profile_dir.join("simctl");
