@@ -275,45 +275,53 @@ impl<'r> Ledger<'r> {
         }
     }
 
-    /// Publish-then-check under our process's writer mutex: count `bytes` in our own seat, fence,
-    /// sum the container; keep them if within `limit`, else take them back. `Ok(())` or the sum
-    /// that was over (without our `bytes`).
+    /// Publish-then-check under our process's writer mutex (threads of one process take turns;
+    /// other processes never wait). With a slot: publish `bytes` as our reservation in flight,
+    /// fence, sum the container with everyone's in-flight reservations; within `limit`, add them
+    /// to our `total` (seqlock) and only then clear the in-flight word, so no checker ever misses
+    /// them; over, clear it. Overflow and local seats publish into their totals directly and take
+    /// them back when over. `Ok(())` or the container usage that was over (without `bytes`).
     fn try_publish(&self, seat: Seat, dev: usize, bytes: u64, kind: UsageKind, limit: u64) -> Result<(), u64> {
         let region = match (seat, self.region) {
             (Seat::Local, _) | (_, None) => None,
             (_, Some(r)) => Some(r),
         };
-        let _w = match region {
-            Some(r) => Some(r.writer.lock()),
-            None => None,
-        };
+        let _w = region.map(|r| r.writer.lock());
         let _l = if region.is_none() { Some(self.local.m.lock()) } else { None };
-        let slot = match (seat, region) {
-            (Seat::Slot(k), Some(r)) => Some(&r.shared().procs[k]),
-            _ => None,
-        };
         if limit == 0 {
             self.write_own(seat, dev, kind, true, bytes);
             return Ok(());
         }
-        if let Some(s) = slot {
-            slots::set_in_flight(s, true);
+        if bytes > limit {
+            return Err(self.container(seat, dev));
+        }
+        if let (Seat::Slot(k), Some(r)) = (seat, region) {
+            let s = &r.shared().procs[k];
+            slots::set_pending(s, dev, bytes);
+            // Dekker: our publication is ordered before reading everyone else's; theirs before
+            // their read of ours. Of two concurrent reservers at least one sees the other.
+            fence(Ordering::SeqCst);
+            let sum = slots::checked_total(r, dev);
+            if sum > limit {
+                slots::set_pending(s, dev, 0);
+                return Err(sum.saturating_sub(bytes));
+            }
+            slots::write_usage(s, dev, kind, true, bytes);
+            slots::set_pending(s, dev, 0);
+            return Ok(());
         }
         self.write_own(seat, dev, kind, true, bytes);
-        // Dekker: our publication is ordered before reading everyone else's; theirs before
-        // their read of ours. Of two concurrent reservers at least one sees the other.
         fence(Ordering::SeqCst);
-        let sum = self.container(seat, dev);
-        let res = if sum > limit {
-            self.write_own(seat, dev, kind, false, bytes);
-            Err(sum.saturating_sub(bytes))
-        } else {
-            Ok(())
+        let sum = match (region, self.region) {
+            (Some(r), _) => slots::checked_total(r, dev),
+            (None, Some(r)) => slots::checked_total(r, dev).saturating_add(self.local.total(dev)),
+            (None, None) => self.local.total(dev),
         };
-        if let Some(s) = slot {
-            slots::set_in_flight(s, false);
+        if sum > limit {
+            self.write_own(seat, dev, kind, false, bytes);
+            return Err(sum.saturating_sub(bytes));
         }
-        res
+        Ok(())
     }
 
     /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none; read live by the

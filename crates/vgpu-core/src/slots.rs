@@ -71,9 +71,11 @@ pub const DETACH_LOCK_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Index of `unused[]` holding the owner's start time.
 const START_TIME: usize = 0;
-/// Index of `unused[]` that is non-zero while the owner has a reservation in flight (published,
-/// not yet checked): a refusal that sees one re-checks briefly instead of refusing spuriously.
-const IN_FLIGHT: usize = 1;
+/// Index of `unused[]` holding the owner's reservation in flight: `device << 60 | bytes`, 0 when
+/// none. Limit checks add it; the monitor's sum (`total` only) never sees a transient.
+const PENDING: usize = 1;
+/// Largest pending amount one word can carry.
+pub const PENDING_MAX: u64 = (1 << 60) - 1;
 
 /// Liveness probe: `(pid, start_time) → dead?`. [`is_dead`] in production, closures in tests.
 pub type Liveness<'a> = &'a dyn Fn(i32, u64) -> bool;
@@ -399,18 +401,40 @@ pub(crate) fn write_usage(s: &ProcSlot, dev: usize, kind: UsageKind, add: bool, 
     put64(&s.seqlock, seq.wrapping_add(2), Ordering::Release);
 }
 
-/// Marks (or clears) a reservation in flight on slot `s` (owner only).
-pub(crate) fn set_in_flight(s: &ProcSlot, on: bool) {
-    put64(&s.unused[IN_FLIGHT], on as u64, Ordering::Relaxed);
+/// Publishes (`bytes > 0`) or clears (`0`) our reservation in flight on slot `s` (owner only).
+pub(crate) fn set_pending(s: &ProcSlot, dev: usize, bytes: u64) {
+    let w = if bytes == 0 { 0 } else { ((dev as u64) << 60) | bytes.min(PENDING_MAX) };
+    put64(&s.unused[PENDING], w, Ordering::Relaxed);
 }
 
-/// Whether any live slot or record other than slot `own_slot` has a reservation in flight.
+fn pending_on(s: &ProcSlot, dev: usize) -> u64 {
+    let w = s.unused[PENDING].load(Ordering::Relaxed);
+    if w != 0 && (w >> 60) as usize == dev { w & PENDING_MAX } else { 0 }
+}
+
+/// Whether any live slot other than `own_slot` has a reservation in flight.
 pub(crate) fn others_in_flight(region: &Region, own_slot: Option<usize>) -> bool {
     let r = region.shared();
     (0..proc_num(r)).any(|k| {
         let s = &r.procs[k];
-        Some(k) != own_slot && s.status.load(Ordering::Relaxed) != 0 && s.unused[IN_FLIGHT].load(Ordering::Acquire) != 0
+        Some(k) != own_slot && s.status.load(Ordering::Relaxed) != 0 && s.unused[PENDING].load(Ordering::Relaxed) != 0
     })
+}
+
+/// What a limit check compares: [`container_total`] plus every live slot's reservation in
+/// flight on `dev` (conservative: a reservation being committed may count twice for an instant).
+pub fn checked_total(region: &Region, dev: usize) -> u64 {
+    let r = region.shared();
+    let mut sum = 0u64;
+    for s in &r.procs[..proc_num(r)] {
+        if s.status.load(Ordering::Relaxed) != 0 {
+            sum = sum.saturating_add(s.used[dev].total.load(Ordering::Relaxed)).saturating_add(pending_on(s, dev));
+        }
+    }
+    match region.ext() {
+        Some(e) => sum.saturating_add(overflow_total(&e.overflow, dev)),
+        None => sum,
+    }
 }
 
 fn slot_write(region: &Region, k: usize, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
