@@ -3,9 +3,13 @@
  *   alloc_bench pair ITERS      cuMemAlloc_v2 + cuMemFree_v2 pairs (1 MiB): median_ns p99_ns
  *   alloc_bench async ITERS     cuMemAllocAsync + cuMemFreeAsync pairs (1 MiB, NULL stream)
  *   alloc_bench meminfo ITERS   cuMemGetInfo_v2 calls
+ *   alloc_bench ctxdev ITERS    cuCtxGetDevice + cuCtxGetCurrent (the driver queries the shim's
+ *                               allocation hook makes; cuMemGetInfo's makes the first only)
  *   alloc_bench storm MS FILE   pairs for MS milliseconds; every 16 pairs adds 16 to the u64 at
  *                               offset 0 of FILE (mmapped: the count survives a SIGKILL)
- * ITERS pairs are preceded by ITERS/10 warm-up pairs. */
+ * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one sleeping
+ * thread first (the shim has one: the simulated driver's /proc reads cost more per thread). */
+#include <pthread.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -33,6 +37,8 @@ static CUresult (*cuMemFree)(CUdeviceptr);
 static CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, void *);
 static CUresult (*cuMemFreeAsync)(CUdeviceptr, void *);
 static CUresult (*cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*cuCtxGetDevice)(int *);
+static CUresult (*cuCtxGetCurrent)(void **);
 
 static int one(int mode) {
     CUdeviceptr d;
@@ -40,11 +46,15 @@ static int one(int mode) {
     switch (mode) {
     case 0: return cuMemAlloc(&d, 1 << 20) || cuMemFree(d);
     case 1: return cuMemAllocAsync(&d, 1 << 20, NULL) || cuMemFreeAsync(d, NULL);
-    default: return cuMemGetInfo(&f, &t);
+    case 2: return cuMemGetInfo(&f, &t);
+    default: { int dev; void *c; return cuCtxGetDevice(&dev) || cuCtxGetCurrent(&c); }
     }
 }
 
+static void *idle(void *a) { for (;;) sleep(1000); return a; }
+
 int main(int argc, char **argv) {
+    if (getenv("ALLOC_BENCH_IDLE_THREAD")) { pthread_t t; pthread_create(&t, NULL, idle, NULL); }
     const char *what = argc > 1 ? argv[1] : "pair";
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
@@ -60,6 +70,8 @@ int main(int argc, char **argv) {
     cuMemAllocAsync = get("cuMemAllocAsync", 11020);
     cuMemFreeAsync = get("cuMemFreeAsync", 11020);
     cuMemGetInfo = get("cuMemGetInfo", 3020);
+    cuCtxGetDevice = get("cuCtxGetDevice", 2000);
+    cuCtxGetCurrent = get("cuCtxGetCurrent", 4000);
     void *ctx;
     if (cuInit(0) || cuRetain(&ctx, 0) || cuSetCur(ctx)) { fprintf(stderr, "init failed\n"); return 1; }
     if (!strcmp(what, "storm")) {
@@ -78,7 +90,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     int iters = argc > 2 ? atoi(argv[2]) : 20000;
-    int mode = !strcmp(what, "pair") ? 0 : !strcmp(what, "async") ? 1 : 2;
+    int mode = !strcmp(what, "pair") ? 0 : !strcmp(what, "async") ? 1 : !strcmp(what, "meminfo") ? 2 : 3;
     for (int i = 0; i < iters / 10; i++)
         if (one(mode)) { fprintf(stderr, "%s failed in warm-up\n", what); return 1; }
     long long *t = malloc(sizeof(long long) * iters);
