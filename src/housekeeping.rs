@@ -13,7 +13,7 @@
 //! starts its own when it builds its own state.
 
 use crate::state::{self, State};
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 use vgpu_core::ledger::Seat;
 use vgpu_core::region::MAX_DEVICES;
@@ -23,6 +23,12 @@ use vgpu_core::slots;
 pub const PERIOD: Duration = Duration::from_millis(250);
 /// Bound on the container lock for a sweep (a stopped holder must not stall upkeep for long).
 const SWEEP_LOCK_TIMEOUT: Duration = Duration::from_millis(100);
+/// Slots that get the full liveness check (a `/proc/<pid>/stat` read: zombie, recycled pid) per
+/// tick, rotating; every other slot gets `kill(pid, 0)` only. Up to this many processes every
+/// death is seen within one period; beyond, a zombie or a recycled pid within
+/// ⌈processes / FULL_CHECKS_PER_TICK⌉ periods (a reaped process always within one).
+const FULL_CHECKS_PER_TICK: usize = 64;
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
 
 /// Pid that started the thread (a forked child has another pid and starts its own).
 static STARTED_BY: AtomicI32 = AtomicI32::new(0);
@@ -61,7 +67,11 @@ pub fn tick(st: &State) {
 }
 
 fn sweep_dead(st: &State, region: &vgpu_core::regionfile::Region) {
-    if !slots::has_sweepable(region, st.pid, &slots::is_dead) {
+    let n = region.shared().proc_num.load(Ordering::Relaxed).clamp(0, 1024) as usize;
+    let from = CURSOR.fetch_add(FULL_CHECKS_PER_TICK, Ordering::Relaxed) % n.max(1);
+    let full = |k: usize| k == usize::MAX || n <= FULL_CHECKS_PER_TICK || (k + n - from) % n < FULL_CHECKS_PER_TICK;
+    let probe = |k: usize, pid: i32, start: u64| if full(k) { slots::is_dead(pid, start) } else { slots::is_gone(pid) };
+    if !slots::has_sweepable_by(region, st.pid, &probe) {
         return;
     }
     match slots::sweep(region, st.pid, SWEEP_LOCK_TIMEOUT) {

@@ -201,3 +201,20 @@ fn no_limit_still_counts() {
     assert_eq!(Snap::read(&path).used_of(c.pid, 0).data, 0);
     c.exit();
 }
+
+/// A killed process nobody has reaped yet (a zombie still answers `kill(pid, 0)`) is dead too:
+/// its memory leaves the survivor's view within 1 s.
+#[test]
+fn unreaped_zombie_does_not_keep_its_memory() {
+    let sb = Sandbox::new("ledger_zombie");
+    let path = sb.region();
+    let mut a = worker(&sb, "512m");
+    let mut b = worker(&sb, "512m");
+    a.ok(&format!("alloc {}", 100 * MIB));
+    a.signal(libc::SIGKILL); // not reaped: a zombie until `a` is dropped
+    assert!(within(Duration::from_secs(2), || proc_state(a.pid) == Some(b'Z')).is_some(), "not a zombie");
+    let took = within(Duration::from_millis(1500), || meminfo(&mut b).0 == 512 * MIB - CTX);
+    assert!(took.is_some_and(|t| t < Duration::from_secs(1)), "zombie's memory still counted: {took:?}");
+    assert!(Snap::read(&path).slot_of(a.pid).is_none());
+    b.exit();
+}

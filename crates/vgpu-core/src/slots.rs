@@ -284,6 +284,12 @@ pub fn sweep(region: &Region, self_pid: i32, timeout: Duration) -> Result<usize,
 /// Lock-free pre-check for the periodic sweep: is any slot or overflow record (other than
 /// `self_pid`'s) garbage or dead? Costs one `kill` and one `/proc` read per live slot.
 pub fn has_sweepable(region: &Region, self_pid: i32, is_dead: Liveness<'_>) -> bool {
+    has_sweepable_by(region, self_pid, &|_, pid, start| is_dead(pid, start))
+}
+
+/// [`has_sweepable`] with a probe that also gets the slot index (`usize::MAX` for overflow
+/// records), so a caller can bound the expensive checks per call (see `housekeeping`).
+pub fn has_sweepable_by(region: &Region, self_pid: i32, probe: &dyn Fn(usize, i32, u64) -> bool) -> bool {
     let r = region.shared();
     let slots = (0..proc_num(r)).any(|k| {
         let s = &r.procs[k];
@@ -293,15 +299,20 @@ pub fn has_sweepable(region: &Region, self_pid: i32, is_dead: Liveness<'_>) -> b
         let pid = s.pid.load(Ordering::Relaxed);
         s.status.load(Ordering::Relaxed) == 0
             || pid <= 0
-            || (pid != self_pid && is_dead(pid, s.unused[START_TIME].load(Ordering::Relaxed)))
+            || (pid != self_pid && probe(k, pid, s.unused[START_TIME].load(Ordering::Relaxed)))
     });
     slots
         || region.ext().is_some_and(|e| {
             overflow_records(&e.overflow).iter().any(|o| {
                 let pid = o.pid.load(Ordering::Relaxed);
-                pid != 0 && pid != self_pid && is_dead(pid, o.start_time.load(Ordering::Relaxed))
+                pid != 0 && pid != self_pid && probe(usize::MAX, pid, o.start_time.load(Ordering::Relaxed))
             })
         })
+}
+
+/// `kill(pid, 0) == ESRCH` only (no `/proc`: misses zombies and recycled pids).
+pub fn is_gone(pid: i32) -> bool {
+    pid <= 0 || (unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
 }
 
 /// Finds `pid`'s live (`status != 0`) slot: the hint first, then a scan. Slots never move, so a
