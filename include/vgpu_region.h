@@ -83,7 +83,7 @@ typedef struct {
     uint64_t limit[VGPU_MAX_DEVICES];     /* bytes, 0 = unlimited */
     uint64_t sm_limit[VGPU_MAX_DEVICES];  /* percent */
     vgpu_proc_slot_t procs[VGPU_MAX_PROCS];
-    int32_t proc_num;           /* live slots are procs[0, proc_num) */
+    int32_t proc_num;           /* slots in use are below it; libvgpu leaves holes with status 0 */
     int32_t utilization_switch; /* monitor-owned */
     int32_t recent_kernel;      /* monitor and library */
     int32_t priority;

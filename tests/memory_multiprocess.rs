@@ -243,7 +243,7 @@ fn sigkill_storm_including_lock_holders_leaves_no_hang_and_exact_reclaim() {
     assert_eq!((s.proc_num(), s.container_total(0)), (0, 0), "after the survivors and the newcomer exited");
 }
 
-/// A refused allocation compacts dead slots and retries before saying OUT_OF_MEMORY.
+/// A refused allocation sweeps dead slots and retries before saying OUT_OF_MEMORY.
 #[test]
 fn refusal_reclaims_memory_of_killed_processes() {
     let sb = Sandbox::new("mp_refusal");

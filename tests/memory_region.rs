@@ -90,7 +90,7 @@ fn region_fields_the_monitor_reads() {
     // Beyond proc_num: empty.
     assert_eq!((s.slot(1).pid, s.slot(1).status), (0, 0));
 
-    // A second process: compacted into [0, proc_num), its own slot.
+    // A second process: the lowest free slot, below proc_num.
     let mut c2 = client(&sb).env("VGPU_SIM_CTX_MIB", 8).spawn();
     c2.ok("init");
     c2.ok("ctx 1");
@@ -294,7 +294,7 @@ fn unsupported_major_version_untouched() {
 }
 
 /// SIGKILL skips the exit handler: the slot keeps counting (as the monitor expects) until the
-/// next attach compacts it away, returning the memory.
+/// next attach sweeps it (freed in place), returning the memory.
 #[test]
 fn killed_process_slot_reclaimed_at_next_attach() {
     let sb = Sandbox::new("region_killed");

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 pub struct OverLimit {
     pub dev: usize,
     pub requested: u64,
-    /// Container usage at the refusal (after compaction).
+    /// Container usage at the refusal (after sweeping dead slots).
     pub usage: u64,
     pub limit: u64,
 }
