@@ -592,6 +592,54 @@ mod tests {
         assert_eq!(l.usage(3), 600);
     }
 
+    /// Threads of one process share its slot: the writer mutex keeps the seqlock single-writer
+    /// and no update is lost; the limit holds across threads; the monitor's sum never passes it.
+    #[test]
+    fn threads_of_one_process_share_the_slot_exactly() {
+        let p = temp_path("ledger-threads");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let me = unsafe { libc::getpid() };
+        let (l, err) = Ledger::attach(&region, me);
+        assert!(err.is_none() && l.has_slot());
+        const LIMIT: u64 = 1_000_000;
+        let refused = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..6u64 {
+                let (l, refused, region) = (&l, &refused, &region);
+                sc.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..3000u64 {
+                        let b = 1 + (i * 7919 + t * 104_729) % 120_000;
+                        match l.reserve(0, b, UsageKind::Data, LIMIT) {
+                            Ok(r) => {
+                                r.commit();
+                                held.push(b);
+                            }
+                            Err(ReserveError::OverLimit(_)) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                        assert!(slots::container_usage(region.shared(), 0) <= LIMIT);
+                        if i % 3 == 0 && !held.is_empty() {
+                            l.release(0, UsageKind::Data, held.swap_remove(0));
+                        }
+                    }
+                    for b in held {
+                        l.release(0, UsageKind::Data, b);
+                    }
+                });
+            }
+        });
+        assert!(refused.load(Ordering::Relaxed) > 0, "the limit was contended");
+        assert_eq!(l.own_usage(0), 0, "every update landed");
+        let s = &region.shared().procs[0];
+        assert_eq!(s.used[0].data_size.load(Ordering::Relaxed), 0);
+        assert_eq!(s.seqlock.load(Ordering::Relaxed) % 2, 0);
+        assert!(l.detach());
+        assert_eq!(region.shared().proc_num.load(Ordering::Relaxed), 0);
+    }
+
     #[test]
     fn alloc_table() {
         let t = AllocTable::new();
