@@ -4,8 +4,8 @@
  * Bytes [0, 2008952) are HAMi-core's shared_region_t v1.2, byte for byte
  * (docs: docs/hami-contract.md §3; HAMi-core
  * src/multiprocess/multiprocess_memory_limit.h; HAMi pkg/monitor/nvidia/v1/spec.go).
- * libvgpu appends a private extension block at offset 2011136 (4096 bytes), so
- * the file it creates is 2015232 bytes. The vGPU monitor maps only the v1.2 part.
+ * libvgpu appends a private extension block at offset 2011136 (8192 bytes), so
+ * the file it creates is 2019328 bytes. The vGPU monitor maps only the v1.2 part.
  *
  * x86_64 / aarch64 LP64 with glibc (sem_t = 32 bytes, 8-byte aligned).
  * The Rust definition (crates/vgpu-core/src/region.rs) asserts the same offsets.
@@ -32,8 +32,8 @@
 #define VGPU_C_FILE_SIZE           2008953u /* file size left by the C library */
 #define VGPU_LOCK_BYTE_OFFSET      2008952u /* OFD-locked byte (container lock) */
 #define VGPU_EXT_OFFSET            2011136u
-#define VGPU_EXT_SIZE              4096u
-#define VGPU_FILE_SIZE             2015232u
+#define VGPU_EXT_SIZE              8192u
+#define VGPU_FILE_SIZE             2019328u
 
 #define VGPU_EXT_MAGIC             0x315550475642494Cull /* "LIBVGPU1" little-endian */
 #define VGPU_EXT_VERSION           1
@@ -68,7 +68,7 @@ typedef struct {
     int32_t status;       /* 1 running, 2 suspended, 0 exited */
     int32_t padding;
     uint64_t seqlock;     /* odd while used[] is being updated */
-    uint64_t unused[2];
+    uint64_t unused[2];   /* libvgpu: [0] owner start time (identity), [1] reservation in flight */
 } vgpu_proc_slot_t;       /* 1960 bytes */
 
 typedef struct {
@@ -83,7 +83,7 @@ typedef struct {
     uint64_t limit[VGPU_MAX_DEVICES];     /* bytes, 0 = unlimited */
     uint64_t sm_limit[VGPU_MAX_DEVICES];  /* percent */
     vgpu_proc_slot_t procs[VGPU_MAX_PROCS];
-    int32_t proc_num;           /* live slots are procs[0, proc_num) */
+    int32_t proc_num;           /* slots in use are below it; libvgpu leaves holes with status 0 */
     int32_t utilization_switch; /* monitor-owned */
     int32_t recent_kernel;      /* monitor and library */
     int32_t priority;
@@ -110,6 +110,21 @@ typedef struct {
     uint64_t reserved[10];
 } vgpu_device_limiter_state_t;  /* 192 bytes */
 
+#define VGPU_OVERFLOW_RECORDS 28
+typedef struct {
+    int32_t pid;                 /* 0 = free */
+    int32_t status;              /* 1 in use */
+    uint64_t start_time;         /* /proc/<pid>/stat field 22 of the owner */
+    uint64_t total[VGPU_MAX_DEVICES];
+} vgpu_overflow_record_t;       /* 144 bytes */
+
+typedef struct {
+    uint32_t num;                /* high-water mark of used records */
+    uint32_t pad;
+    uint64_t reserved[7];
+    vgpu_overflow_record_t records[VGPU_OVERFLOW_RECORDS];
+} vgpu_overflow_table_t;        /* 4096 bytes */
+
 typedef struct {
     uint64_t ext_magic;         /* VGPU_EXT_MAGIC, stored last */
     uint32_t ext_version;
@@ -117,13 +132,14 @@ typedef struct {
     uint64_t reserved_hdr[6];
     vgpu_device_limiter_state_t limiter[VGPU_MAX_DEVICES];
     uint64_t reserved[120];
-} vgpu_region_ext_t;            /* 4096 bytes */
+    vgpu_overflow_table_t overflow; /* page 1: processes beyond the 1024 slots */
+} vgpu_region_ext_t;            /* 8192 bytes */
 
 typedef struct {
     vgpu_shared_region_t shared;
     unsigned char gap[VGPU_EXT_OFFSET - VGPU_V1_REGION_SIZE];
     vgpu_region_ext_t ext;
-} vgpu_region_file_t;           /* 2015232 bytes */
+} vgpu_region_file_t;           /* 2019328 bytes */
 
 #define VGPU_SLOT_OFFSET(k) (offsetof(vgpu_shared_region_t, procs) + (size_t)(k) * sizeof(vgpu_proc_slot_t))
 
@@ -192,7 +208,9 @@ _Static_assert(offsetof(vgpu_device_limiter_state_t, correction_ppm) == 96, "cor
 _Static_assert(offsetof(vgpu_device_limiter_state_t, unresolved_pids) == 104, "unresolved_pids");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, reserved) == 112, "reserved");
 
-_Static_assert(sizeof(vgpu_region_ext_t) == 4096, "ext size");
+_Static_assert(sizeof(vgpu_overflow_table_t) == 4096, "overflow table size");
+_Static_assert(sizeof(vgpu_region_ext_t) == 8192, "ext size");
+_Static_assert(offsetof(vgpu_region_ext_t, overflow) == 4096, "ext overflow");
 _Static_assert(offsetof(vgpu_region_ext_t, ext_magic) == 0, "ext_magic");
 _Static_assert(offsetof(vgpu_region_ext_t, ext_version) == 8, "ext_version");
 _Static_assert(offsetof(vgpu_region_ext_t, ext_flags) == 12, "ext_flags");
@@ -203,6 +221,6 @@ _Static_assert(offsetof(vgpu_region_ext_t, reserved) == 3136, "ext reserved");
 _Static_assert(offsetof(vgpu_region_file_t, shared) == 0, "file: shared");
 _Static_assert(offsetof(vgpu_region_file_t, gap) == 2008952, "file: gap");
 _Static_assert(offsetof(vgpu_region_file_t, ext) == 2011136, "file: ext");
-_Static_assert(sizeof(vgpu_region_file_t) == 2015232, "file size");
+_Static_assert(sizeof(vgpu_region_file_t) == 2019328, "file size");
 
 #endif /* VGPU_REGION_H */

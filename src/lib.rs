@@ -15,6 +15,7 @@ mod dlsym_hook;
 mod ffi;
 mod guard;
 mod hooks;
+mod housekeeping;
 mod launch;
 mod memory;
 mod nvml;

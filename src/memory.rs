@@ -35,7 +35,6 @@ fn counted(
     what: &str,
     alloc: impl FnOnce() -> Result<u64, CUresult>,
 ) -> CUresult {
-    reclaim_dead_slots(st);
     let limit = st.memory_limit(dev);
     let reservation = match st.ledger.reserve(dev, bytes, kind, limit) {
         Ok(r) => r,
@@ -59,26 +58,6 @@ fn counted(
             CUDA_SUCCESS
         }
         Err(code) => code,
-    }
-}
-
-/// Slots of processes killed without cleaning up keep counting until someone compacts them; the
-/// allocation path does so at most once a second, so the monitor and our limit see them go
-/// promptly even when nobody is at the limit.
-fn reclaim_dead_slots(st: &State) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let Some(region) = st.region else { return };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if now > last && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-        // Never wait here: a busy lock just means someone else is in the region right now.
-        if let Ok(g) = region.lock_timeout(std::time::Duration::ZERO) {
-            let n = slots::compact_locked(&g, st.pid, &slots::pid_is_dead);
-            if n > 0 {
-                crate::info!("reclaimed {n} slot(s) of exited processes");
-            }
-        }
     }
 }
 

@@ -9,10 +9,9 @@ use crate::devices::{self, DeviceMap};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 use vgpu_core::config::Config;
-use vgpu_core::ledger::{AllocTable, Ledger};
+use vgpu_core::ledger::{AllocTable, Ledger, Seat};
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::regionfile::{Region, RegionInit};
-use vgpu_core::slots;
 
 pub struct State {
     pub config: Config,
@@ -64,6 +63,7 @@ fn init_slow() -> &'static State {
                 STATE.store(s as *const State as *mut State, Ordering::Release);
                 PHASE.store(READY, Ordering::Release);
                 register_process_hooks();
+                crate::housekeeping::start(s);
                 return s;
             }
             Err(READY) => return unsafe { &*STATE.load(Ordering::Acquire) },
@@ -112,14 +112,19 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
                 crate::warn!("{w}");
             }
             let region: &'static Region = region.leak();
-            let has_slot = match slots::attach(region, pid) {
-                Ok(_) => true,
-                Err(e) => {
-                    crate::error!("no process slot in {}: {e}; this process's usage is counted locally and still limited", config.region_path.display());
-                    false
-                }
-            };
-            (Some(region), Ledger::shared(region, pid, has_slot))
+            let (ledger, err) = Ledger::attach(region, pid);
+            match (ledger.seat(), err) {
+                (Seat::Overflow(i), _) => crate::warn!(
+                    "process slot table of {} full: this process is counted in overflow record {i} (every process of the container still sees it; HAMi's monitor does not)",
+                    config.region_path.display()
+                ),
+                (Seat::Local, Some(e)) => crate::error!(
+                    "no process slot in {}: {e}; this process's usage is counted locally and still limited",
+                    config.region_path.display()
+                ),
+                _ => {}
+            }
+            (Some(region), ledger)
         }
         Err(e) => {
             crate::error!("{e}; running with process-local accounting (limits from the environment still apply to this process)");
@@ -199,13 +204,11 @@ fn register_process_hooks() {
     }
 }
 
-/// Give our slot back so the monitor stops counting us (SIGKILL skips this: compaction then
-/// reclaims the slot of a dead pid).
+/// Give our slot back so the monitor stops counting us (SIGKILL skips this: the next sweep of
+/// any process of the container frees the slot of a dead owner).
 extern "C" fn on_exit() {
     if let Some(s) = try_get() {
-        if let (Some(r), true) = (s.region, s.ledger.has_slot()) {
-            slots::detach(r, s.pid);
-        }
+        s.ledger.detach();
     }
 }
 

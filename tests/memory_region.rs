@@ -90,7 +90,7 @@ fn region_fields_the_monitor_reads() {
     // Beyond proc_num: empty.
     assert_eq!((s.slot(1).pid, s.slot(1).status), (0, 0));
 
-    // A second process: compacted into [0, proc_num), its own slot.
+    // A second process: the lowest free slot, below proc_num.
     let mut c2 = client(&sb).env("VGPU_SIM_CTX_MIB", 8).spawn();
     c2.ok("init");
     c2.ok("ctx 1");
@@ -102,12 +102,15 @@ fn region_fields_the_monitor_reads() {
     assert_eq!(s2.used[1].data, MIB, "device 1 usage lands in used[1]");
     assert_eq!(s2.used[0], DevMem::default());
 
-    // Exit: the slot is freed and the survivors stay compacted from index 0.
+    // Exit: the slot is freed in place (pid 0, status 0: a hole the monitor skips); live slots
+    // never move, so the survivor keeps slot 1 and proc_num covers it.
     c.exit().code.filter(|&c| c == 0).expect("client 1 exit code");
     let s = locked_snap(&path);
-    assert_eq!(s.proc_num(), 1, "proc_num after one exit");
-    assert_eq!(s.slot(0).pid, c2.pid as i32, "survivor compacted to slot 0");
-    assert_eq!(s.slot(0).status, 1);
+    assert_eq!(s.proc_num(), 2, "proc_num after one exit: the survivor's slot is still below it");
+    assert_eq!((s.slot(0).pid, s.slot(0).status), (0, 0), "the exited slot is a free hole");
+    assert_eq!(s.slot(0).used[0], DevMem::default(), "the hole carries no usage");
+    assert_eq!(s.slot(1).pid, c2.pid as i32, "survivor stays in its slot");
+    assert_eq!(s.slot(1).status, 1);
     assert_eq!(s.container_total(0), 0);
     assert_eq!(s.container_total(1), 8 * MIB + MIB);
     c2.exit();
@@ -291,7 +294,7 @@ fn unsupported_major_version_untouched() {
 }
 
 /// SIGKILL skips the exit handler: the slot keeps counting (as the monitor expects) until the
-/// next attach compacts it away, returning the memory.
+/// next attach sweeps it (freed in place), returning the memory.
 #[test]
 fn killed_process_slot_reclaimed_at_next_attach() {
     let sb = Sandbox::new("region_killed");

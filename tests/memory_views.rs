@@ -144,7 +144,7 @@ fn usage_above_the_limit_gives_zero_free_not_a_wrap() {
         assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY);
     };
     over(&mut c, "C-library slot");
-    // The refusal's compaction did not remove the live foreign slot.
+    // The refusal's sweep did not remove the live foreign slot.
     assert_eq!(locked_snap(&path).container_total(0), 148 * MIB);
     // The process list shows both.
     let p: BTreeSet<u32> = c.ok("nvml_procs 0 3").procs().into_iter().map(|(p, _)| p).collect();

@@ -1,9 +1,23 @@
-/* Latency of cuMemAlloc_v2 + cuMemFree_v2 pairs (driver reached through cuGetProcAddress, as
- * libcudart does). Prints the median and p99 of per-pair time in ns over ITER pairs. */
+/* Memory-path micro benchmark (ci/bench.sh). The driver is reached through cuGetProcAddress, as
+ * libcudart does.
+ *   alloc_bench pair ITERS      cuMemAlloc_v2 + cuMemFree_v2 pairs (1 MiB): median_ns p99_ns
+ *   alloc_bench async ITERS     cuMemAllocAsync + cuMemFreeAsync pairs (1 MiB, NULL stream)
+ *   alloc_bench meminfo ITERS   cuMemGetInfo_v2 calls
+ *   alloc_bench ctxdev ITERS    cuCtxGetDevice + cuCtxGetCurrent (the driver queries the shim's
+ *                               allocation hook makes; cuMemGetInfo's makes the first only)
+ *   alloc_bench storm MS FILE   pairs for MS milliseconds; every 16 pairs adds 16 to the u64 at
+ *                               offset 0 of FILE (mmapped: the count survives a SIGKILL)
+ * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one sleeping
+ * thread first (the shim has one: the simulated driver's /proc reads cost more per thread). */
+#include <pthread.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -18,8 +32,30 @@ static void *get(const char *n, int v) {
 static long long ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
 static int cmp(const void *a, const void *b) { long long x = *(const long long *)a, y = *(const long long *)b; return (x > y) - (x < y); }
 
+static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*cuMemFree)(CUdeviceptr);
+static CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, void *);
+static CUresult (*cuMemFreeAsync)(CUdeviceptr, void *);
+static CUresult (*cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*cuCtxGetDevice)(int *);
+static CUresult (*cuCtxGetCurrent)(void **);
+
+static int one(int mode) {
+    CUdeviceptr d;
+    size_t f, t;
+    switch (mode) {
+    case 0: return cuMemAlloc(&d, 1 << 20) || cuMemFree(d);
+    case 1: return cuMemAllocAsync(&d, 1 << 20, NULL) || cuMemFreeAsync(d, NULL);
+    case 2: return cuMemGetInfo(&f, &t);
+    default: { int dev; void *c; return cuCtxGetDevice(&dev) || cuCtxGetCurrent(&c); }
+    }
+}
+
+static void *idle(void *a) { for (;;) sleep(1000); return a; }
+
 int main(int argc, char **argv) {
-    int iters = argc > 1 ? atoi(argv[1]) : 20000;
+    if (getenv("ALLOC_BENCH_IDLE_THREAD")) { pthread_t t; pthread_create(&t, NULL, idle, NULL); }
+    const char *what = argc > 1 ? argv[1] : "pair";
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
     gpa_t first = (gpa_t)dlsym(h, "cuGetProcAddress_v2");
@@ -29,15 +65,38 @@ int main(int argc, char **argv) {
     CUresult (*cuInit)(unsigned) = get("cuInit", 2000);
     CUresult (*cuRetain)(void **, int) = get("cuDevicePrimaryCtxRetain", 7000);
     CUresult (*cuSetCur)(void *) = get("cuCtxSetCurrent", 4000);
-    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = get("cuMemAlloc", 3020);
-    CUresult (*cuMemFree)(CUdeviceptr) = get("cuMemFree", 3020);
+    cuMemAlloc = get("cuMemAlloc", 3020);
+    cuMemFree = get("cuMemFree", 3020);
+    cuMemAllocAsync = get("cuMemAllocAsync", 11020);
+    cuMemFreeAsync = get("cuMemFreeAsync", 11020);
+    cuMemGetInfo = get("cuMemGetInfo", 3020);
+    cuCtxGetDevice = get("cuCtxGetDevice", 2000);
+    cuCtxGetCurrent = get("cuCtxGetCurrent", 4000);
     void *ctx;
     if (cuInit(0) || cuRetain(&ctx, 0) || cuSetCur(ctx)) { fprintf(stderr, "init failed\n"); return 1; }
+    if (!strcmp(what, "storm")) {
+        long long ms = argc > 2 ? atoll(argv[2]) : 1000;
+        int fd = argc > 3 ? open(argv[3], O_RDWR) : -1;
+        unsigned long long *ctr = fd >= 0 ? mmap(NULL, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
+        if (!ctr || ctr == MAP_FAILED) { fprintf(stderr, "counter file\n"); return 1; }
+        long long end = ns() + ms * 1000000LL;
+        for (unsigned n = 1;; n++) {
+            if (one(0)) { fprintf(stderr, "alloc/free failed\n"); return 1; }
+            if (n % 16 == 0) {
+                __atomic_fetch_add(ctr, 16, __ATOMIC_RELAXED);
+                if (ns() >= end) break;
+            }
+        }
+        return 0;
+    }
+    int iters = argc > 2 ? atoi(argv[2]) : 20000;
+    int mode = !strcmp(what, "pair") ? 0 : !strcmp(what, "async") ? 1 : !strcmp(what, "meminfo") ? 2 : 3;
+    for (int i = 0; i < iters / 10; i++)
+        if (one(mode)) { fprintf(stderr, "%s failed in warm-up\n", what); return 1; }
     long long *t = malloc(sizeof(long long) * iters);
     for (int i = 0; i < iters; i++) {
-        CUdeviceptr d;
         long long a = ns();
-        if (cuMemAlloc(&d, 1 << 20) || cuMemFree(d)) { fprintf(stderr, "alloc/free failed at %d\n", i); return 1; }
+        if (one(mode)) { fprintf(stderr, "%s failed at %d\n", what, i); return 1; }
         t[i] = ns() - a;
     }
     qsort(t, iters, sizeof(long long), cmp);

@@ -9,13 +9,15 @@
 //! and the free hook always calls the real free, then uncounts what `table.remove(ptr)` returns
 //! (an unknown pointer uncounts nothing), against the recorded device.
 //!
-//! Backends: a region with our slot (normal), a region without a slot (table full: our usage is
-//! kept locally and added to the container's for our checks), or no region at all
-//! (process-local mode, same API).
+//! Seats ([`Seat`]): our slot in the region (normal), a record of the region's overflow table
+//! (the 1024 slots are full: still shared by every check and view), or process-local counters
+//! (no region, or both tables full).
 //!
-//! Lock timeouts: `reserve` fails closed ([`ReserveError::Lock`], the shim returns OOM — a 1 s
-//! stuck lock only happens with a stopped-but-alive holder); `release` never loses a free (lock-free
-//! fallback in [`crate::slots::sub_usage`]).
+//! Protocol (docs/design.md, "Memory ledger"): reserve publishes into our own seat, fences and
+//! sums the container (no lock, no system call); only a reservation that would go over takes the
+//! container lock, after sweeping dead slots, and fails closed on a 1 s lock timeout
+//! ([`ReserveError::Lock`], the shim returns OOM). `release` subtracts from our own seat and
+//! never waits on another process.
 
 use crate::lock::LockError;
 use crate::region::{UsageKind, MAX_DEVICES};
@@ -23,13 +25,14 @@ use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverLimit {
     pub dev: usize,
     pub requested: u64,
-    /// Container usage at the refusal (after compaction).
+    /// Container usage at the refusal (after sweeping dead slots).
     pub usage: u64,
     pub limit: u64,
 }
@@ -56,10 +59,6 @@ impl std::fmt::Display for ReserveError {
 }
 
 impl std::error::Error for ReserveError {}
-
-fn over(limit: u64, usage: u64, bytes: u64) -> bool {
-    limit > 0 && usage.saturating_add(bytes) > limit
-}
 
 /// Process-local counters: total + the three categories per device.
 struct LocalUsage {
@@ -90,10 +89,46 @@ impl LocalUsage {
     }
 }
 
+/// Where this process's usage lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seat {
+    /// Our slot `procs[k]` (normal).
+    Slot(usize),
+    /// Record `i` of the overflow table (the 1024 slots were full).
+    Overflow(usize),
+    /// Process-local counters (no region, or slots and overflow table both full).
+    Local,
+}
+
+const SEAT_LOCAL: usize = usize::MAX;
+const OVERFLOW_BIT: usize = 1 << (usize::BITS - 2);
+
+fn encode(s: Seat) -> usize {
+    match s {
+        Seat::Slot(k) => k,
+        Seat::Overflow(i) => OVERFLOW_BIT | i,
+        Seat::Local => SEAT_LOCAL,
+    }
+}
+
+fn decode(v: usize) -> Seat {
+    if v == SEAT_LOCAL {
+        Seat::Local
+    } else if v & OVERFLOW_BIT != 0 {
+        Seat::Overflow(v & !OVERFLOW_BIT)
+    } else {
+        Seat::Slot(v)
+    }
+}
+
+/// How long a refusal re-checks while another process has a reservation in flight.
+const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(2);
+
 pub struct Ledger<'r> {
     region: Option<&'r Region>,
+    /// Cached pid (refreshed by [`after_fork`](Self::after_fork)): nothing here calls getpid.
     pid: AtomicI32,
-    has_slot: AtomicBool,
+    seat: AtomicUsize,
     local: LocalUsage,
 }
 
@@ -129,26 +164,79 @@ impl Drop for Reservation<'_, '_> {
 }
 
 impl<'r> Ledger<'r> {
-    /// Region-backed; `has_slot` = `slots::attach` succeeded for `pid`.
+    /// Region-backed; `has_slot` = `slots::attach` succeeded for `pid` (else local counting,
+    /// still checked against the container). See [`attach`](Self::attach) for the full path.
     pub fn shared(region: &'r Region, pid: i32, has_slot: bool) -> Self {
-        Ledger { region: Some(region), pid: AtomicI32::new(pid), has_slot: AtomicBool::new(has_slot), local: LocalUsage::new() }
+        let seat = match (has_slot, slots::find_slot(region, pid)) {
+            (true, Some(k)) => Seat::Slot(k),
+            _ => Seat::Local,
+        };
+        Ledger { region: Some(region), pid: AtomicI32::new(pid), seat: AtomicUsize::new(encode(seat)), local: LocalUsage::new() }
+    }
+
+    /// Attaches `pid` to the region: a slot, else (table full) an overflow record, else local
+    /// counting. Returns the ledger and the error that kept it from a slot, if any.
+    pub fn attach(region: &'r Region, pid: i32) -> (Self, Option<SlotError>) {
+        let start = slots::proc_start_time(pid).unwrap_or(0);
+        let (seat, err) = match region.lock() {
+            Ok(g) => match slots::attach_with(&g, pid, start, &slots::is_dead) {
+                Ok(a) => (Seat::Slot(a.index), None),
+                Err(SlotError::TableFull) => match slots::attach_overflow_locked(&g, pid, start) {
+                    Ok(i) => (Seat::Overflow(i), Some(SlotError::TableFull)),
+                    Err(e) => (Seat::Local, Some(e)),
+                },
+                Err(e) => (Seat::Local, Some(e)),
+            },
+            Err(e) => (Seat::Local, Some(SlotError::Lock(e))),
+        };
+        let l = Ledger { region: Some(region), pid: AtomicI32::new(pid), seat: AtomicUsize::new(encode(seat)), local: LocalUsage::new() };
+        (l, err)
     }
 
     /// Process-local mode (no usable region).
     pub fn local() -> Ledger<'static> {
-        Ledger { region: None, pid: AtomicI32::new(0), has_slot: AtomicBool::new(false), local: LocalUsage::new() }
+        Ledger { region: None, pid: AtomicI32::new(0), seat: AtomicUsize::new(SEAT_LOCAL), local: LocalUsage::new() }
     }
 
     pub fn region(&self) -> Option<&'r Region> {
         self.region
     }
 
-    pub fn has_slot(&self) -> bool {
-        self.has_slot.load(Ordering::Acquire)
+    pub fn seat(&self) -> Seat {
+        decode(self.seat.load(Ordering::Acquire))
     }
 
+    pub fn pid(&self) -> i32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+
+    /// Whether this process has a slot the monitor sees.
+    pub fn has_slot(&self) -> bool {
+        matches!(self.seat(), Seat::Slot(_))
+    }
+
+    /// `true`: look up our slot again (after an explicit attach); `false`: count locally.
     pub fn set_has_slot(&self, v: bool) {
-        self.has_slot.store(v, Ordering::Release);
+        let seat = match (v, self.region) {
+            (true, Some(r)) => slots::find_slot(r, self.pid()).map_or(Seat::Local, Seat::Slot),
+            _ => Seat::Local,
+        };
+        self.seat.store(encode(seat), Ordering::Release);
+    }
+
+    /// Gives the slot or overflow record back (process exit).
+    pub fn detach(&self) -> bool {
+        let Some(r) = self.region else { return false };
+        let done = match self.seat() {
+            Seat::Slot(_) => slots::detach(r, self.pid()),
+            Seat::Overflow(i) => {
+                slots::detach_overflow(r, i);
+                true
+            }
+            Seat::Local => false,
+        };
+        self.seat.store(SEAT_LOCAL, Ordering::Release);
+        done
     }
 
     /// In a forked child (atfork child handler): new pid, no slot yet, local counts cleared (the
@@ -158,74 +246,150 @@ impl<'r> Ledger<'r> {
             unsafe { self.local.m.force_unlock() };
         }
         self.pid.store(new_pid, Ordering::Release);
-        self.has_slot.store(false, Ordering::Release);
+        self.seat.store(SEAT_LOCAL, Ordering::Release);
         self.local.clear();
     }
 
-    /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none). On an apparent
-    /// overrun, dead slots are compacted and the check repeated before refusing.
+    /// Adds (`add`) or subtracts `bytes` in our own seat. Returns whether it landed in the region.
+    fn write_own(&self, seat: Seat, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
+        match (seat, self.region) {
+            (Seat::Slot(k), Some(r)) => slots::write_usage(&r.shared().procs[k], dev, kind, add, bytes),
+            (Seat::Overflow(i), Some(r)) => {
+                if let Some(e) = r.ext() {
+                    slots::write_record(&e.overflow.records[i], dev, add, bytes)
+                }
+            }
+            _ => self.local.apply(dev, kind, add, bytes),
+        }
+    }
+
+    /// Container usage of `dev` as every check sees it: all live slots and overflow records, plus
+    /// our local counters when we have neither.
+    fn container(&self, seat: Seat, dev: usize) -> u64 {
+        match self.region {
+            Some(r) => {
+                let mine = if seat == Seat::Local { self.local.total(dev) } else { 0 };
+                slots::container_total(r, dev).saturating_add(mine)
+            }
+            None => self.local.total(dev),
+        }
+    }
+
+    /// Publish-then-check under our process's writer mutex (threads of one process take turns;
+    /// other processes never wait). With a slot: publish `bytes` as our reservation in flight,
+    /// fence, sum the container with everyone's in-flight reservations; within `limit`, add them
+    /// to our `total` (seqlock) and only then clear the in-flight word, so no checker ever misses
+    /// them; over, clear it. Overflow and local seats publish into their totals directly and take
+    /// them back when over. `Ok(())` or the container usage that was over (without `bytes`).
+    fn try_publish(&self, seat: Seat, dev: usize, bytes: u64, kind: UsageKind, limit: u64) -> Result<(), u64> {
+        let region = match (seat, self.region) {
+            (Seat::Local, _) | (_, None) => None,
+            (_, Some(r)) => Some(r),
+        };
+        let _w = region.map(|r| r.writer.lock());
+        let _l = if region.is_none() { Some(self.local.m.lock()) } else { None };
+        if limit == 0 {
+            self.write_own(seat, dev, kind, true, bytes);
+            return Ok(());
+        }
+        if bytes > limit {
+            return Err(self.container(seat, dev));
+        }
+        if let (Seat::Slot(k), Some(r)) = (seat, region) {
+            let s = &r.shared().procs[k];
+            slots::set_pending(s, dev, bytes);
+            // Dekker: our publication is ordered before reading everyone else's; theirs before
+            // their read of ours. Of two concurrent reservers at least one sees the other.
+            fence(Ordering::SeqCst);
+            let sum = slots::checked_total(r, dev);
+            if sum > limit {
+                slots::set_pending(s, dev, 0);
+                return Err(sum.saturating_sub(bytes));
+            }
+            slots::write_usage(s, dev, kind, true, bytes);
+            slots::set_pending(s, dev, 0);
+            return Ok(());
+        }
+        self.write_own(seat, dev, kind, true, bytes);
+        fence(Ordering::SeqCst);
+        let sum = match (region, self.region) {
+            (Some(r), _) => slots::checked_total(r, dev),
+            (None, Some(r)) => slots::checked_total(r, dev).saturating_add(self.local.total(dev)),
+            (None, None) => self.local.total(dev),
+        };
+        if sum > limit {
+            self.write_own(seat, dev, kind, false, bytes);
+            return Err(sum.saturating_sub(bytes));
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none; read live by the
+    /// caller). Fast path: no lock, no system call. Over the limit: dead slots are swept, then
+    /// the check is repeated under the container lock (serialising near-limit allocators), and
+    /// re-tried briefly while another process has a reservation in flight, before refusing.
     pub fn reserve<'l>(&'l self, dev: usize, bytes: u64, kind: UsageKind, limit: u64) -> Result<Reservation<'l, 'r>, ReserveError> {
         if dev >= MAX_DEVICES {
             return Err(ReserveError::BadDevice(dev));
         }
-        let pid = self.pid.load(Ordering::Acquire);
-        match self.region {
-            Some(region) => {
-                let g = region.lock().map_err(ReserveError::Lock)?;
-                let usage = |g: &crate::regionfile::RegionGuard<'_>| {
-                    let mine = if self.has_slot() { 0 } else { self.local.total(dev) };
-                    slots::container_usage(g, dev).saturating_add(mine)
-                };
-                let mut u = usage(&g);
-                if over(limit, u, bytes) {
-                    if slots::compact_locked(&g, pid, &slots::pid_is_dead) > 0 {
-                        u = usage(&g);
-                    }
-                    if over(limit, u, bytes) {
-                        return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: u, limit }));
-                    }
-                }
-                if self.has_slot() {
-                    match slots::add_usage_locked(&g, pid, dev, kind, bytes) {
-                        Ok(()) => {}
-                        Err(SlotError::NotAttached) => {
-                            // Slot vanished (should not happen): keep counting locally.
-                            self.set_has_slot(false);
-                            self.local.apply(dev, kind, true, bytes);
-                        }
-                        Err(SlotError::BadDevice(d)) => return Err(ReserveError::BadDevice(d)),
-                        Err(SlotError::Lock(e)) => return Err(ReserveError::Lock(e)),
-                        Err(SlotError::TableFull) => unreachable!(),
-                    }
-                } else {
-                    self.local.apply(dev, kind, true, bytes);
-                }
-            }
-            None => {
-                let _l = self.local.m.lock();
-                let u = self.local.total(dev);
-                if over(limit, u, bytes) {
-                    return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: u, limit }));
-                }
-                self.local.apply(dev, kind, true, bytes);
-            }
-        }
-        Ok(Reservation { ledger: self, dev, kind, bytes, armed: true })
+        let seat = self.seat();
+        let over = match self.try_publish(seat, dev, bytes, kind, limit) {
+            Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
+            Err(u) => u,
+        };
+        let Some(region) = self.region else {
+            return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over, limit }));
+        };
+        self.reserve_slow(region, seat, dev, bytes, kind, limit)
     }
 
-    /// Uncounts `bytes` (saturating). Never fails: a lock timeout falls back to a lock-free update.
+    #[cold]
+    fn reserve_slow<'l>(
+        &'l self,
+        region: &'r Region,
+        seat: Seat,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
+        let g = region.lock().map_err(ReserveError::Lock)?;
+        slots::sweep_locked(&g, self.pid(), &slots::is_dead);
+        let own = match seat {
+            Seat::Slot(k) => Some(k),
+            _ => None,
+        };
+        let deadline = Instant::now() + IN_FLIGHT_RECHECK;
+        loop {
+            match self.try_publish(seat, dev, bytes, kind, limit) {
+                Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
+                Err(usage) => {
+                    if !slots::others_in_flight(region, own) || Instant::now() >= deadline {
+                        return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage, limit }));
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+    }
+
+    /// Uncounts `bytes` (saturating) in our own seat. Never takes a lock other than our process's
+    /// writer mutex; never fails.
     pub fn release(&self, dev: usize, kind: UsageKind, bytes: u64) {
         if dev >= MAX_DEVICES {
             return;
         }
-        if let (Some(region), true) = (self.region, self.has_slot()) {
-            match slots::sub_usage(region, self.pid.load(Ordering::Acquire), dev, kind, bytes) {
-                Ok(_) => return,
-                Err(_) => self.set_has_slot(false),
+        let seat = self.seat();
+        match (seat, self.region) {
+            (Seat::Local, _) | (_, None) => {
+                let _l = self.local.m.lock();
+                self.local.apply(dev, kind, false, bytes);
+            }
+            (_, Some(r)) => {
+                let _w = r.writer.lock();
+                self.write_own(seat, dev, kind, false, bytes);
             }
         }
-        let _l = self.local.m.lock();
-        self.local.apply(dev, kind, false, bytes);
     }
 
     /// Usage the limit is checked against: the container's (region) or this process's (local).
@@ -233,13 +397,7 @@ impl<'r> Ledger<'r> {
         if dev >= MAX_DEVICES {
             return 0;
         }
-        match self.region {
-            Some(r) => {
-                let mine = if self.has_slot() { 0 } else { self.local.total(dev) };
-                slots::container_usage(r.shared(), dev).saturating_add(mine)
-            }
-            None => self.local.total(dev),
-        }
+        self.container(self.seat(), dev)
     }
 
     /// This process's own usage of `dev`.
@@ -247,8 +405,9 @@ impl<'r> Ledger<'r> {
         if dev >= MAX_DEVICES {
             return 0;
         }
-        match (self.region, self.has_slot()) {
-            (Some(r), true) => slots::slot_usage(r, self.pid.load(Ordering::Acquire), dev).unwrap_or(0),
+        match (self.seat(), self.region) {
+            (Seat::Slot(k), Some(r)) => r.shared().procs[k].used[dev].total.load(Ordering::Relaxed),
+            (Seat::Overflow(i), Some(r)) => r.ext().map_or(0, |e| e.overflow.records[i].total[dev].load(Ordering::Relaxed)),
             _ => self.local.total(dev),
         }
     }
@@ -405,7 +564,7 @@ mod tests {
         wait_child(dead);
         {
             let g = region.lock().unwrap();
-            slots::attach_with(&g, dead, &|_| false).unwrap();
+            slots::attach_with(&g, dead, 0, &|_, _| false).unwrap();
             slots::add_usage_locked(&g, dead, 0, UsageKind::Data, 900).unwrap();
         }
         let l = Ledger::shared(&region, me, true);
@@ -431,6 +590,54 @@ mod tests {
         assert!(l.reserve(3, 200, UsageKind::Data, 1000).is_err());
         l.release(3, UsageKind::Data, 300);
         assert_eq!(l.usage(3), 600);
+    }
+
+    /// Threads of one process share its slot: the writer mutex keeps the seqlock single-writer
+    /// and no update is lost; the limit holds across threads; the monitor's sum never passes it.
+    #[test]
+    fn threads_of_one_process_share_the_slot_exactly() {
+        let p = temp_path("ledger-threads");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let me = unsafe { libc::getpid() };
+        let (l, err) = Ledger::attach(&region, me);
+        assert!(err.is_none() && l.has_slot());
+        const LIMIT: u64 = 1_000_000;
+        let refused = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..6u64 {
+                let (l, refused, region) = (&l, &refused, &region);
+                sc.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..3000u64 {
+                        let b = 1 + (i * 7919 + t * 104_729) % 120_000;
+                        match l.reserve(0, b, UsageKind::Data, LIMIT) {
+                            Ok(r) => {
+                                r.commit();
+                                held.push(b);
+                            }
+                            Err(ReserveError::OverLimit(_)) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                        assert!(slots::container_usage(region.shared(), 0) <= LIMIT);
+                        if i % 3 == 0 && !held.is_empty() {
+                            l.release(0, UsageKind::Data, held.swap_remove(0));
+                        }
+                    }
+                    for b in held {
+                        l.release(0, UsageKind::Data, b);
+                    }
+                });
+            }
+        });
+        assert!(refused.load(Ordering::Relaxed) > 0, "the limit was contended");
+        assert_eq!(l.own_usage(0), 0, "every update landed");
+        let s = &region.shared().procs[0];
+        assert_eq!(s.used[0].data_size.load(Ordering::Relaxed), 0);
+        assert_eq!(s.seqlock.load(Ordering::Relaxed) % 2, 0);
+        assert!(l.detach());
+        assert_eq!(region.shared().proc_num.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -177,7 +177,7 @@ fn killed_lock_holder_and_its_slot_are_recovered() {
     // The dead child's 800 bytes still count (status 1, as the monitor sees it)...
     let l = Ledger::shared(&region, me, true);
     assert_eq!(l.usage(0), 800);
-    // ...until an over-limit reservation compacts the dead slot away.
+    // ...until an over-limit reservation sweeps the dead slot (freed in place).
     l.reserve(0, 500, UsageKind::Data, 1000).unwrap().commit();
     assert_eq!(l.usage(0), 500);
     assert_eq!(region.shared().proc_num.load(Ordering::Relaxed), 1);

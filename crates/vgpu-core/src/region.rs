@@ -6,13 +6,16 @@
 //! through raw pointers): a Rust `&SharedRegion` never claims the bytes are immutable.
 //! Atomics have the size and alignment of the plain C type, so the layout is that of the C header.
 //!
-//! Layout of the mapped file (2 015 232 bytes):
+//! Layout of the mapped file (2 019 328 bytes):
 //!
 //! | offset      | size      | what |
 //! |-------------|-----------|------|
 //! | 0           | 2 008 952 | [`SharedRegion`] (v1.2, what the monitor maps) |
 //! | 2 008 952   | 1         | byte the C library writes to size its file; also the byte our OFD lock covers ([`LOCK_BYTE_OFFSET`]) |
-//! | 2 011 136   | 4 096     | [`RegionExt`] (private, page aligned; the monitor never sees it) |
+//! | 2 011 136   | 8 192     | [`RegionExt`] (private, page aligned; the monitor never sees it): page 0 header + limiter, page 1 [`OverflowTable`] |
+//!
+//! The extension grew from one page to two (overflow table). A file of the old size is grown in
+//! place by `regionfile` (never shrunk); the new page starts zeroed, which is an empty table.
 
 use core::cell::UnsafeCell;
 use core::mem::{offset_of, size_of, align_of};
@@ -41,7 +44,7 @@ pub const TRANSIENT_V11_REGION_SIZE: usize = 2_008_984;
 pub const LOCK_BYTE_OFFSET: usize = V1_REGION_SIZE;
 /// Offset of the private extension block (first page boundary after the v1.2 region).
 pub const EXT_OFFSET: usize = 2_011_136;
-pub const EXT_SIZE: usize = 4096;
+pub const EXT_SIZE: usize = 8192;
 /// Full file size we create / grow to.
 pub const FILE_SIZE: usize = EXT_OFFSET + EXT_SIZE;
 
@@ -217,7 +220,33 @@ impl DeviceLimiterState {
     }
 }
 
-/// Private extension block at [`EXT_OFFSET`] (4096 bytes).
+/// Records of the overflow table (processes beyond the 1024 slots).
+pub const OVERFLOW_RECORDS: usize = 28;
+
+/// One slotless process's accounting (144 bytes): like a slot's `used[].total`, single writer
+/// (its owner), freed in place by a sweep once the owner is dead. The monitor never sees it.
+#[repr(C)]
+pub struct OverflowRecord {
+    /// Owner's pid; 0 = free.
+    pub pid: AtomicI32,
+    /// 1 in use, 0 free (stored last at claim, first at free).
+    pub status: AtomicI32,
+    /// Owner's start time (`/proc/<pid>/stat` field 22), its identity against pid reuse.
+    pub start_time: AtomicU64,
+    pub total: [AtomicU64; MAX_DEVICES],
+}
+
+/// Second page of the extension: every limit check and view adds the records `< num`.
+#[repr(C)]
+pub struct OverflowTable {
+    /// High-water mark of used records (like `proc_num`); 0 = nobody overflowed.
+    pub num: AtomicU32,
+    pub _pad: AtomicU32,
+    pub reserved: [AtomicU64; 7],
+    pub records: [OverflowRecord; OVERFLOW_RECORDS],
+}
+
+/// Private extension block at [`EXT_OFFSET`] (8192 bytes).
 #[repr(C)]
 pub struct RegionExt {
     /// [`EXT_MAGIC`] once the block is initialised (stored last, release).
@@ -227,6 +256,7 @@ pub struct RegionExt {
     pub reserved_hdr: [AtomicU64; 6],
     pub limiter: [DeviceLimiterState; MAX_DEVICES],
     pub reserved: [AtomicU64; 120],
+    pub overflow: OverflowTable,
 }
 
 unsafe impl Sync for RegionExt {}
@@ -317,12 +347,18 @@ const _: () = {
     assert!(offset_of!(RegionExt, reserved_hdr) == 16);
     assert!(offset_of!(RegionExt, limiter) == 64);
     assert!(offset_of!(RegionExt, reserved) == 64 + 192 * MAX_DEVICES);
+    assert!(offset_of!(RegionExt, overflow) == 4096);
+    assert!(size_of::<OverflowRecord>() == 144);
+    assert!(offset_of!(OverflowRecord, start_time) == 8);
+    assert!(offset_of!(OverflowRecord, total) == 16);
+    assert!(size_of::<OverflowTable>() == 4096);
+    assert!(offset_of!(OverflowTable, records) == 64);
 
     assert!(offset_of!(RegionMap, shared) == 0);
     assert!(offset_of!(RegionMap, gap) == V1_REGION_SIZE);
     assert!(offset_of!(RegionMap, ext) == EXT_OFFSET);
     assert!(size_of::<RegionMap>() == FILE_SIZE);
-    assert!(FILE_SIZE == 2_015_232);
+    assert!(FILE_SIZE == 2_019_328);
     assert!(EXT_OFFSET.is_multiple_of(4096) && EXT_OFFSET >= C_FILE_SIZE);
 };
 

@@ -133,8 +133,11 @@ pub struct Region {
     fd: OwnedFd,
     path: PathBuf,
     ext_ok: bool,
-    /// Likely index of this process's slot (slots move during compaction: always verified).
+    /// Likely index of this process's slot (always verified against pid).
     pub(crate) slot_hint: AtomicUsize,
+    /// Serialises this process's threads writing its own slot / overflow record (the seqlock
+    /// has one writer). Process-local, uncontended in the common case: no syscall.
+    pub(crate) writer: parking_lot::Mutex<()>,
 }
 
 // SAFETY: the mapping is only accessed through atomics; the fd is only used with thread-safe calls.
@@ -384,7 +387,15 @@ impl Region {
             }
         };
         let mut region =
-            Region { lock, map, fd, path: path.into(), ext_ok: true, slot_hint: AtomicUsize::new(usize::MAX) };
+            Region {
+                lock,
+                map,
+                fd,
+                path: path.into(),
+                ext_ok: true,
+                slot_hint: AtomicUsize::new(usize::MAX),
+                writer: parking_lot::Mutex::new(()),
+            };
 
         let r = region.shared();
         if initialised {
@@ -447,6 +458,10 @@ impl Region {
     /// inherited and stays valid; the slot hint is forgotten (the child needs its own slot).
     pub fn reopen_after_fork(&self) -> io::Result<()> {
         self.slot_hint.store(usize::MAX, Ordering::Relaxed);
+        if self.writer.is_locked() {
+            // SAFETY: in a forked child the thread that held it does not exist.
+            unsafe { self.writer.force_unlock() };
+        }
         self.lock.reopen_after_fork()
     }
 
@@ -537,22 +552,21 @@ fn init_header(r: &SharedRegion, init: &RegionInit) {
 
 fn compare_limits(r: &SharedRegion, init: &RegionInit, w: &mut Vec<String>) {
     // Only values this process actually configured are compared (an env without limits
-    // is not an "inconsistency"); the region's values are kept either way.
+    // is not an "inconsistency"); the region's values are kept either way: after creation the
+    // region is the truth (it may have been changed at run time). One line for all devices.
+    let mut diffs = Vec::new();
     for d in 0..MAX_DEVICES {
         let have = r.limit[d].load(Ordering::Acquire);
         if init.limits[d] != 0 && have != init.limits[d] {
-            w.push(format!(
-                "limit inconsistency on device {d}: region has memory limit {have} bytes, this process's env says {}; using the region's",
-                init.limits[d]
-            ));
+            diffs.push(format!("device {d} memory {have} (env {})", init.limits[d]));
         }
         let have = r.sm_limit[d].load(Ordering::Acquire);
         if init.sm_limits[d] != 100 && have != init.sm_limits[d] {
-            w.push(format!(
-                "limit inconsistency on device {d}: region has SM limit {have}%, this process's env says {}%; using the region's",
-                init.sm_limits[d]
-            ));
+            diffs.push(format!("device {d} SM {have}% (env {}%)", init.sm_limits[d]));
         }
+    }
+    if !diffs.is_empty() {
+        w.push(format!("limit inconsistency: the region has {}; using the region's", diffs.join(", ")));
     }
     let prio = r.priority.load(Ordering::Relaxed);
     if init.priority != 1 && prio != init.priority {
@@ -590,6 +604,7 @@ fn init_or_check_ext(ext: &RegionExt, report: &mut AttachReport) -> bool {
     for a in &ext.reserved {
         a.store(0, Ordering::Relaxed);
     }
+    crate::slots::zero_overflow_table(&ext.overflow);
     ext.ext_magic.store(EXT_MAGIC, Ordering::Release);
     report.ext_initialised = true;
     true
@@ -672,7 +687,7 @@ mod tests {
         r.shared().procs[0].device_util[1].sm_util.store(55, Ordering::Relaxed);
 
         let meta = std::fs::metadata(&*p).unwrap();
-        assert_eq!(meta.len(), 2_015_232);
+        assert_eq!(meta.len(), 2_019_328);
         assert_eq!(meta.permissions().mode() & 0o777, 0o666);
 
         let b = std::fs::read(&*p).unwrap();
@@ -766,8 +781,13 @@ mod tests {
         other.priority = 7;
         let (r2, rep) = Region::open(&p, &other).unwrap();
         assert!(!rep.created && !rep.ext_initialised && rep.grown_from.is_none());
-        assert_eq!(rep.warnings.len(), 3, "{:?}", rep.warnings);
+        assert_eq!(rep.warnings.len(), 2, "one line for the limits, one for the priority: {:?}", rep.warnings);
         assert!(rep.warnings[0].contains("limit inconsistency"));
+        assert!(rep.warnings[0].contains("device 0 memory 777") && rep.warnings[0].contains("device 3 SM 100%"));
+        // Every device differing (CUDA_DEVICE_MEMORY_LIMIT applies to all 16) is still one line.
+        let all = RegionInit { limits: [9 << 30; MAX_DEVICES], ..Default::default() };
+        let (_r3, rep3) = Region::open(&p, &all).unwrap();
+        assert_eq!(rep3.warnings.iter().filter(|w| w.contains("limit inconsistency")).count(), 1, "{:?}", rep3.warnings);
         let s = r2.shared();
         assert_eq!(s.limit[0].load(Ordering::Relaxed), 777);
         assert_eq!(s.limit[1].load(Ordering::Relaxed), 2 << 30);
@@ -783,6 +803,32 @@ mod tests {
         r.shared().recent_kernel.store(0, Ordering::Relaxed);
         assert!(r2.mark_recent_kernel());
         assert_eq!(r.shared().recent_kernel.load(Ordering::Relaxed), 2);
+    }
+
+    /// A file written by the one-page-extension version (2 015 232 bytes) is grown in place to
+    /// two pages: every old byte kept, the new page (overflow table) zero = empty.
+    #[test]
+    fn grows_one_page_extension_file_in_place() {
+        let p = temp_path("rf-ext1");
+        let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        r.shared().limit[0].store(777, Ordering::Relaxed);
+        r.ext().unwrap().limiter[2].rate_ppm.store(5, Ordering::Relaxed);
+        drop(r);
+        let f = std::fs::OpenOptions::new().write(true).open(&*p).unwrap();
+        f.set_len(2_015_232).unwrap();
+        drop(f);
+        let old = std::fs::read(&*p).unwrap();
+        let (r, rep) = Region::open(&p, &RegionInit::default()).unwrap();
+        assert_eq!(rep.grown_from, Some(2_015_232));
+        assert!(!rep.ext_initialised, "published extension kept");
+        assert_eq!(r.ext().unwrap().limiter[2].rate_ppm.load(Ordering::Relaxed), 5);
+        assert_eq!(r.ext().unwrap().overflow.num.load(Ordering::Relaxed), 0);
+        assert_eq!(crate::slots::container_total(&r, 0), 0);
+        let mut nb = std::fs::read(&*p).unwrap();
+        assert_eq!(nb.len(), FILE_SIZE);
+        assert!(nb[2_015_232..].iter().all(|&b| b == 0));
+        nb[2_008_912..2_008_920].copy_from_slice(&old[2_008_912..2_008_920]);
+        assert!(nb[..2_015_232] == old[..], "old bytes untouched except last_kernel_time");
     }
 
     #[test]

@@ -1,26 +1,32 @@
-//! Process slots (docs/hami-contract.md §3.9-§3.10) and the per-slot seqlock (§3.8).
+//! Process slots (docs/hami-contract.md §3.9-§3.10), the per-slot seqlock (§3.8) and the overflow
+//! table for processes beyond the 1024 slots. The protocol is described in docs/design.md,
+//! "Memory ledger"; in short:
 //!
-//! Invariants kept for the monitor: live slots are compacted into `procs[0..proc_num)`, a live
-//! slot has `status = 1`, an exited one `status = 0`. The monitor has no liveness check, so dead
-//! slots disappear only through compaction here.
-//!
-//! Locking: everything that adds, removes, moves or writes a slot runs under the container lock
-//! ([`crate::lock`], in place of the incumbent's `sem`). Slots *move* during compaction (the last
-//! slot fills a hole), so a slot index is never trusted without re-checking its `pid`. A holder
-//! killed in the middle of a move leaves a state the next compaction repairs (see
-//! [`compact_locked`], [`copy_slot`]); [`find_slot`] never picks the half-written copy. Readers
-//! ([`container_usage`]) take no lock: they sum with bounded seqlock retries and tolerate the
-//! transient double/missed count a concurrent move can cause (the monitor sees the same).
+//! - **Live slots never move.** A slot is claimed (attach) and freed (exit, or a sweep of a dead
+//!   owner) in place, under the container lock ([`crate::lock`]). Holes below `proc_num` have
+//!   `status = 0`; the monitor and every reader here skip them (they sum `k < proc_num` with
+//!   `status != 0`, §3.9/§3.10). `proc_num` shrinks past trailing free slots.
+//! - **Single writer.** Only the owning process writes its slot's `used[]` (the process's threads
+//!   serialise on [`Region::writer`], a process-local mutex, so the seqlock has one writer), with
+//!   no container lock: see `ledger` for publish-then-check.
+//! - **Identity, not pid.** A slot carries its owner's start time (`/proc/<pid>/stat` field 22)
+//!   in `unused[0]` (offset 1944, ignored by the monitor). A slot is dead when `kill(pid, 0)`
+//!   says ESRCH, the process is a zombie, or the start time differs (pid reused).
+//! - **Crash consistency.** Every store of claim, free and usage update goes through `put*` so
+//!   tests can stop the writes after any number of them (= SIGKILL there). Claim writes `status`
+//!   last, free writes `status = 0` first: an interrupted claim or free leaves a `status = 0`
+//!   slot that nobody counts and the next sweep frees; an interrupted usage update only touches
+//!   the dead writer's own slot, which the sweep discards whole.
 
 use crate::lock::LockError;
 use crate::region::*;
 use crate::regionfile::{Region, RegionGuard};
-use std::sync::atomic::{fence, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Debug)]
 pub enum SlotError {
-    /// 1024 live slots: the caller runs without a slot (its limits still enforced locally).
+    /// 1024 live slots (and, for [`attach_overflow_locked`], a full overflow table).
     TableFull,
     Lock(LockError),
     /// This pid has no slot.
@@ -44,17 +50,17 @@ impl std::error::Error for SlotError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttachInfo {
     pub index: usize,
-    /// A stale slot with our pid was found (container restart / pid reuse) and reset.
+    /// A slot with our pid and identity was found (re-attach) and reset.
     pub reused: bool,
-    /// Dead or exited slots removed by the compaction that ran first.
+    /// Dead or exited slots freed by the sweep that ran first.
     pub removed: usize,
 }
 
-/// Whether an update went through the lock or the lock-free fallback.
+/// Whether an update went through the lock or without it (kept for callers; usage updates are
+/// always lock-free now).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpdatePath {
     Locked,
-    /// The lock timed out; the update was applied without it (best effort, see [`sub_usage`]).
     LockFree,
 }
 
@@ -63,12 +69,48 @@ pub const SEQLOCK_MAX_RETRIES: u32 = 128;
 /// Lock bound used at exit: an exit handler must not hang.
 pub const DETACH_LOCK_TIMEOUT: Duration = Duration::from_millis(250);
 
+/// Index of `unused[]` holding the owner's start time.
+const START_TIME: usize = 0;
+/// Index of `unused[]` holding the owner's reservation in flight: `device << 60 | bytes`, 0 when
+/// none. Limit checks add it; the monitor's sum (`total` only) never sees a transient.
+const PENDING: usize = 1;
+/// Largest pending amount one word can carry.
+pub const PENDING_MAX: u64 = (1 << 60) - 1;
+
+/// Liveness probe: `(pid, start_time) → dead?`. [`is_dead`] in production, closures in tests.
+pub type Liveness<'a> = &'a dyn Fn(i32, u64) -> bool;
+
 fn proc_num(r: &SharedRegion) -> usize {
     r.proc_num.load(Ordering::Acquire).clamp(0, MAX_PROCS as i32) as usize
 }
 
-/// `kill(pid, 0) == ESRCH`, or `/proc/<pid>/stat` state `Z`/`X`. Pids ≤ 0 are invalid → dead.
-pub fn pid_is_dead(pid: i32) -> bool {
+// ---- identity ---------------------------------------------------------------------------------
+
+/// The state letter of a `/proc/<pid>/stat` line (after the last `)`; comm may contain `)`).
+pub fn proc_stat_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).copied()
+}
+
+/// Field 22 (`starttime`, clock ticks since boot) of a `/proc/<pid>/stat` line.
+pub fn proc_stat_start_time(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 2..)?).ok()?;
+    // Fields after the comm start at 3 (state); starttime is field 22.
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Start time of `pid`, `None` without `/proc` (or the process is gone).
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    if pid <= 0 {
+        return None;
+    }
+    proc_stat_start_time(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Dead: pid ≤ 0, `kill(pid, 0) == ESRCH`, a zombie, or (when `start != 0` and `/proc` answers)
+/// a different start time, i.e. the pid now belongs to another process.
+pub fn is_dead(pid: i32, start: u64) -> bool {
     if pid <= 0 {
         return true;
     }
@@ -77,27 +119,28 @@ pub fn pid_is_dead(pid: i32) -> bool {
     }
     // It exists (or belongs to another user: EPERM). Zombies still answer kill().
     match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(s) => proc_stat_state(&s).is_some_and(|c| c == b'Z' || c == b'X'),
+        Ok(s) => {
+            proc_stat_state(&s).is_some_and(|c| c == b'Z' || c == b'X')
+                || (start != 0 && proc_stat_start_time(&s).is_some_and(|t| t != start))
+        }
         Err(_) => false, // no /proc: trust kill()
     }
 }
 
-/// The state letter of a `/proc/<pid>/stat` line (after the last `)`; comm may contain `)`).
-pub fn proc_stat_state(stat: &[u8]) -> Option<u8> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
+/// `kill(pid, 0) == ESRCH`, or a zombie (no identity check). Pids ≤ 0 → dead.
+pub fn pid_is_dead(pid: i32) -> bool {
+    is_dead(pid, 0)
 }
 
-// ---- stores of a slot move --------------------------------------------------------------------
+// ---- stores -----------------------------------------------------------------------------------
 //
-// A process can be SIGKILLed at any store of a compaction; the kernel then releases the lock and the
-// next holder continues from whatever was written. Every store below goes through `put*` so the tests
-// can stop the writes after any number of them (see `tests::interrupted_*`).
+// Every store of the protocol goes through `put*` so the tests can stop the writes after any
+// number of them (see `tests::interrupted_*`): dropped stores are exactly what SIGKILL leaves.
 
 #[cfg(test)]
 thread_local! {
     /// `Some(n)`: only the next `n` stores of this thread happen, later ones are dropped (= killed).
-    static STORE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    pub(crate) static STORE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 #[inline(always)]
@@ -127,16 +170,22 @@ fn put64(a: &AtomicU64, v: u64, o: Ordering) {
 }
 
 #[inline(always)]
+fn put32(a: &AtomicU32, v: u32, o: Ordering) {
+    if may_store() {
+        a.store(v, o)
+    }
+}
+
+#[inline(always)]
 fn put_i32(a: &AtomicI32, v: i32, o: Ordering) {
     if may_store() {
         a.store(v, o)
     }
 }
 
-fn zero_slot(s: &ProcSlot) {
+/// Zeroes everything of a slot except `pid` and `status`.
+fn zero_slot_body(s: &ProcSlot) {
     let z = Ordering::Relaxed;
-    put_i32(&s.status, 0, z);
-    put_i32(&s.pid, 0, z);
     put_i32(&s.hostpid, 0, z);
     for d in 0..MAX_DEVICES {
         let m = &s.used[d];
@@ -155,126 +204,119 @@ fn zero_slot(s: &ProcSlot) {
             put64(a, 0, z);
         }
     }
-    if may_store() {
-        s._padding.store(0, z);
-    }
+    put32(&s._padding, 0, z);
     put64(&s.seqlock, 0, z);
     for a in &s.unused {
         put64(a, 0, z);
     }
 }
 
-/// Copies slot `from` into `to` so that an interruption at any store leaves `to` removable by the
-/// next compaction and invisible to [`find_slot`]: `to` gets `status = 0` and `pid = 0` first, then
-/// everything else, then the pid, then the status last. Interrupted before the pid: a pid-0 slot;
-/// between pid and status: a `status = 0` slot; after the status (before `proc_num` shrinks): a
-/// complete duplicate of `from`, which stays at the higher index, where [`find_slot`] looks first
-/// and which [`compact_locked`] keeps.
-fn copy_slot(from: &ProcSlot, to: &ProcSlot) {
-    let z = Ordering::Relaxed;
-    let cp = |a: &AtomicU64, b: &AtomicU64| put64(b, a.load(z), z);
-    put_i32(&to.status, 0, Ordering::Release);
-    put_i32(&to.pid, 0, Ordering::Release);
-    put_i32(&to.hostpid, from.hostpid.load(z), z);
-    for d in 0..MAX_DEVICES {
-        let (f, t) = (&from.used[d], &to.used[d]);
-        cp(&f.context_size, &t.context_size);
-        cp(&f.module_size, &t.module_size);
-        cp(&f.data_size, &t.data_size);
-        cp(&f.offset, &t.offset);
-        cp(&f.total, &t.total);
-        for i in 0..3 {
-            cp(&f.unused[i], &t.unused[i]);
-        }
-        cp(&from.monitorused[d], &to.monitorused[d]);
-        let (f, t) = (&from.device_util[d], &to.device_util[d]);
-        cp(&f.dec_util, &t.dec_util);
-        cp(&f.enc_util, &t.enc_util);
-        cp(&f.sm_util, &t.sm_util);
-        for i in 0..3 {
-            cp(&f.unused[i], &t.unused[i]);
-        }
-    }
-    // An odd sequence (writer died mid-update) is not carried over.
-    put64(&to.seqlock, from.seqlock.load(z) & !1, z);
-    for i in 0..2 {
-        cp(&from.unused[i], &to.unused[i]);
-    }
-    put_i32(&to.pid, from.pid.load(z), Ordering::Release);
-    put_i32(&to.status, from.status.load(z), Ordering::Release);
+fn is_free(s: &ProcSlot) -> bool {
+    s.pid.load(Ordering::Relaxed) == 0 && s.status.load(Ordering::Relaxed) == 0
 }
 
-/// Marks `status = 0` every live slot in `[0, n)` whose pid also has a live slot at a higher index.
-/// Two live slots with one pid only come from a move interrupted after the copy's last store: the
-/// higher one is the original (a move goes from the last slot down into a hole), the one
-/// [`find_slot`] finds, so the lower one goes. Sort-based, no allocation (8 KiB of stack).
-fn drop_duplicates(r: &SharedRegion, n: usize) {
-    let mut live = [(0i32, 0u16); MAX_PROCS];
-    let mut m = 0;
-    for k in 0..n {
-        let s = &r.procs[k];
-        let pid = s.pid.load(Ordering::Relaxed);
-        if pid != 0 && s.status.load(Ordering::Relaxed) != 0 {
-            live[m] = (pid, k as u16);
-            m += 1;
-        }
-    }
-    let live = &mut live[..m];
-    live.sort_unstable();
-    for w in live.windows(2) {
-        if w[0].0 == w[1].0 {
-            put_i32(&r.procs[w[0].1 as usize].status, 0, Ordering::Release);
-        }
-    }
+/// Frees slot `s` in place: `status = 0` first (gone from every sum at one store), then the
+/// body, then `pid = 0` (claimable). Interrupted anywhere: a `status = 0` slot the next sweep
+/// frees again.
+fn free_slot(s: &ProcSlot) {
+    put_i32(&s.status, 0, Ordering::Release);
+    zero_slot_body(s);
+    put_i32(&s.pid, 0, Ordering::Release);
 }
 
-/// Removes slots with `pid == 0`, slots with `status == 0` (exited, or the half-written target of
-/// an interrupted move), the lower of two live slots with the same pid (the target of a move
-/// interrupted after its copy, see [`copy_slot`]) and slots whose pid `is_dead` (never `self_pid`):
-/// the last slot moves into the hole and `proc_num` shrinks. Returns how many were removed. Caller
-/// holds the lock. Idempotent under interruption: whatever a holder killed at any store leaves
-/// behind, the next call ends with exactly one slot per live pid, holding that process's usage.
-pub fn compact_locked(g: &RegionGuard<'_>, self_pid: i32, is_dead: &dyn Fn(i32) -> bool) -> usize {
-    let r: &SharedRegion = g;
+/// Claims free slot `k` for `(pid, start)`: body zeroed, `proc_num` raised if needed, identity,
+/// pid, and `status = 1` last. Interrupted before the status: a `status = 0` slot (free or
+/// garbage), counted by nobody.
+fn claim_slot(r: &SharedRegion, k: usize, pid: i32, start: u64) {
+    let s = &r.procs[k];
+    zero_slot_body(s);
+    if proc_num(r) <= k {
+        put_i32(&r.proc_num, k as i32 + 1, Ordering::Release);
+    }
+    put64(&s.unused[START_TIME], start, Ordering::Relaxed);
+    put_i32(&s.pid, pid, Ordering::Release);
+    put_i32(&s.status, 1, Ordering::Release);
+}
+
+fn shrink_proc_num(r: &SharedRegion) {
     let mut n = proc_num(r);
-    drop_duplicates(r, n);
-    let mut k = 0;
-    let mut removed = 0;
-    while k < n {
-        let s = &r.procs[k];
-        let pid = s.pid.load(Ordering::Relaxed);
-        if pid == 0 || s.status.load(Ordering::Relaxed) == 0 || (pid != self_pid && is_dead(pid)) {
-            let last = n - 1;
-            put_i32(&s.status, 0, Ordering::Release); // hole no longer counted
-            if k != last {
-                copy_slot(&r.procs[last], s);
-            }
-            n -= 1;
-            put_i32(&r.proc_num, n as i32, Ordering::Release);
-            zero_slot(&r.procs[last]);
-            removed += 1;
-        } else {
-            k += 1;
-        }
+    while n > 0 && is_free(&r.procs[n - 1]) {
+        n -= 1;
     }
     // Also repairs an out-of-range value (the monitor clamps to [0, 1024]; so do we).
     if r.proc_num.load(Ordering::Relaxed) != n as i32 {
         put_i32(&r.proc_num, n as i32, Ordering::Release);
     }
-    removed
 }
 
-/// Takes the lock and compacts with the real liveness check.
-pub fn compact(region: &Region, self_pid: i32) -> Result<usize, SlotError> {
-    let g = region.lock().map_err(SlotError::Lock)?;
-    Ok(compact_locked(&g, self_pid, &pid_is_dead))
+/// Frees, in place, every slot `k < proc_num` that is not free and is either `status = 0`
+/// (exited, or an interrupted claim/free), `pid ≤ 0` with a status, or owned by a dead process
+/// (never `self_pid`'s); the same for the overflow table. Returns how many were freed. Caller
+/// holds the lock. Idempotent under interruption.
+pub fn sweep_locked(g: &RegionGuard<'_>, self_pid: i32, is_dead: Liveness<'_>) -> usize {
+    let r: &SharedRegion = g;
+    let mut freed = 0;
+    for k in 0..proc_num(r) {
+        let s = &r.procs[k];
+        if is_free(s) {
+            continue;
+        }
+        let pid = s.pid.load(Ordering::Relaxed);
+        let garbage = s.status.load(Ordering::Relaxed) == 0 || pid <= 0;
+        if garbage || (pid != self_pid && is_dead(pid, s.unused[START_TIME].load(Ordering::Relaxed))) {
+            free_slot(s);
+            freed += 1;
+        }
+    }
+    shrink_proc_num(r);
+    if let Some(ext) = g.region().ext() {
+        freed += sweep_overflow(&ext.overflow, self_pid, is_dead);
+    }
+    freed
 }
 
-/// Finds `pid`'s live (`status != 0`) slot: the hint first, then a scan from the top; no lock
-/// needed, but the answer is only stable under the lock. Skipping `status == 0` and scanning
-/// downwards make an interrupted move harmless (see [`copy_slot`]): the half-written target is
-/// never found, and of a complete duplicate the original (higher) slot is found, the one the next
-/// compaction keeps. (A process's hint is never below its slot: slots only move down.)
+/// Takes the lock (bounded by `timeout`) and sweeps with the real liveness check.
+pub fn sweep(region: &Region, self_pid: i32, timeout: Duration) -> Result<usize, SlotError> {
+    let g = region.lock_timeout(timeout).map_err(SlotError::Lock)?;
+    Ok(sweep_locked(&g, self_pid, &is_dead))
+}
+
+/// Lock-free pre-check for the periodic sweep: is any slot or overflow record (other than
+/// `self_pid`'s) garbage or dead? Costs one `kill` and one `/proc` read per live slot.
+pub fn has_sweepable(region: &Region, self_pid: i32, is_dead: Liveness<'_>) -> bool {
+    has_sweepable_by(region, self_pid, &|_, pid, start| is_dead(pid, start))
+}
+
+/// [`has_sweepable`] with a probe that also gets the slot index (`usize::MAX` for overflow
+/// records), so a caller can bound the expensive checks per call (see `housekeeping`).
+pub fn has_sweepable_by(region: &Region, self_pid: i32, probe: &dyn Fn(usize, i32, u64) -> bool) -> bool {
+    let r = region.shared();
+    let slots = (0..proc_num(r)).any(|k| {
+        let s = &r.procs[k];
+        if is_free(s) {
+            return false;
+        }
+        let pid = s.pid.load(Ordering::Relaxed);
+        s.status.load(Ordering::Relaxed) == 0
+            || pid <= 0
+            || (pid != self_pid && probe(k, pid, s.unused[START_TIME].load(Ordering::Relaxed)))
+    });
+    slots
+        || region.ext().is_some_and(|e| {
+            overflow_records(&e.overflow).iter().any(|o| {
+                let pid = o.pid.load(Ordering::Relaxed);
+                pid != 0 && pid != self_pid && probe(usize::MAX, pid, o.start_time.load(Ordering::Relaxed))
+            })
+        })
+}
+
+/// `kill(pid, 0) == ESRCH` only (no `/proc`: misses zombies and recycled pids).
+pub fn is_gone(pid: i32) -> bool {
+    pid <= 0 || (unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
+}
+
+/// Finds `pid`'s live (`status != 0`) slot: the hint first, then a scan. Slots never move, so a
+/// verified hint stays right until the slot is freed.
 pub fn find_slot(region: &Region, pid: i32) -> Option<usize> {
     let r = region.shared();
     let n = proc_num(r);
@@ -286,17 +328,16 @@ pub fn find_slot(region: &Region, pid: i32) -> Option<usize> {
     if hint < n && is(hint) {
         return Some(hint);
     }
-    let k = (0..n).rev().find(|&k| is(k))?;
+    let k = (0..n).find(|&k| is(k))?;
     region.slot_hint.store(k, Ordering::Relaxed);
     Some(k)
 }
 
-/// Attaches `pid` (call once per process, and again in a forked child with its new pid):
-/// compacts, then reuses a slot that already carries `pid` (a stale one from a previous
-/// incarnation with the same pid: its usage is reset — deliberate fix, the incumbent kept it)
-/// or appends one at `proc_num`.
+/// Attaches `pid` (call once per process, and again in a forked child with its new pid): sweeps,
+/// then resets a live slot that already carries `pid` (a re-attach: its usage is reset —
+/// deliberate fix, the incumbent kept it) or claims the lowest free slot.
 pub fn attach_locked(g: &RegionGuard<'_>, pid: i32) -> Result<AttachInfo, SlotError> {
-    attach_with(g, pid, &pid_is_dead)
+    attach_with(g, pid, proc_start_time(pid).unwrap_or(0), &is_dead)
 }
 
 pub fn attach(region: &Region, pid: i32) -> Result<AttachInfo, SlotError> {
@@ -304,50 +345,37 @@ pub fn attach(region: &Region, pid: i32) -> Result<AttachInfo, SlotError> {
     attach_locked(&g, pid)
 }
 
-pub(crate) fn attach_with(g: &RegionGuard<'_>, pid: i32, is_dead: &dyn Fn(i32) -> bool) -> Result<AttachInfo, SlotError> {
-    let removed = compact_locked(g, pid, is_dead);
+pub fn attach_with(g: &RegionGuard<'_>, pid: i32, start: u64, is_dead: Liveness<'_>) -> Result<AttachInfo, SlotError> {
+    let removed = sweep_locked(g, pid, is_dead);
     let region = g.region();
     let r: &SharedRegion = g;
     if let Some(k) = find_slot(region, pid) {
-        let s = &r.procs[k];
-        zero_slot(s);
-        s.pid.store(pid, Ordering::Relaxed);
-        s.status.store(1, Ordering::Release);
+        // Reset in place: status 0 first, so an interruption leaves garbage, not a stale count.
+        free_slot(&r.procs[k]);
+        claim_slot(r, k, pid, start);
         return Ok(AttachInfo { index: k, reused: true, removed });
     }
-    let n = proc_num(r);
-    if n >= MAX_PROCS {
-        return Err(SlotError::TableFull);
-    }
-    let s = &r.procs[n];
-    zero_slot(s);
-    s.pid.store(pid, Ordering::Relaxed);
-    s.status.store(1, Ordering::Release);
-    r.proc_num.store(n as i32 + 1, Ordering::Release);
-    region.slot_hint.store(n, Ordering::Relaxed);
-    Ok(AttachInfo { index: n, reused: false, removed })
+    let k = (0..MAX_PROCS).find(|&k| is_free(&r.procs[k])).ok_or(SlotError::TableFull)?;
+    claim_slot(r, k, pid, start);
+    region.slot_hint.store(k, Ordering::Relaxed);
+    Ok(AttachInfo { index: k, reused: false, removed })
 }
 
-/// Exit: `status = 0`, `pid = 0`, usage zeroed, slot compacted away. Bounded wait
-/// ([`DETACH_LOCK_TIMEOUT`]); if the lock cannot be had, the slot is marked exited without it
-/// (the monitor and our readers skip `status == 0`; the next compaction removes it).
-/// Returns whether a slot was found.
+/// Exit: the slot is freed in place and `proc_num` shrunk. Bounded wait
+/// ([`DETACH_LOCK_TIMEOUT`]); if the lock cannot be had, only `status = 0` is stored (never
+/// `pid = 0` without the lock: a concurrent sweep may already have handed the slot to someone
+/// else); the next sweep frees it. Returns whether a slot was found.
 pub fn detach(region: &Region, pid: i32) -> bool {
     match region.lock_timeout(DETACH_LOCK_TIMEOUT) {
         Ok(g) => {
             let Some(k) = find_slot(region, pid) else { return false };
-            let s = &g.procs[k];
-            s.status.store(0, Ordering::Release);
-            s.pid.store(0, Ordering::Release);
-            // Remove only pid==0 slots: no /proc probing in an exit path.
-            compact_locked(&g, pid, &|_| false);
+            free_slot(&g.procs[k]);
+            shrink_proc_num(&g);
             true
         }
         Err(_) => {
             let Some(k) = find_slot(region, pid) else { return false };
-            let s = &region.shared().procs[k];
-            s.status.store(0, Ordering::Release);
-            s.pid.store(0, Ordering::Release);
+            region.shared().procs[k].status.store(0, Ordering::Release);
             true
         }
     }
@@ -365,62 +393,95 @@ pub fn hostpid(region: &Region, pid: i32) -> Option<i32> {
     Some(region.shared().procs[k].hostpid.load(Ordering::Acquire))
 }
 
-/// Seqlock write: sequence odd → `total` and the category → even. Saturating both ways.
-fn write_usage(s: &ProcSlot, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
-    let seq = s.seqlock.load(Ordering::Relaxed);
-    let seq = seq & !1; // never leave a stale odd value in place
-    s.seqlock.store(seq + 1, Ordering::Relaxed);
+// ---- usage of one's own slot (single writer: the caller holds `Region::writer`) ---------------
+
+fn apply(v: u64, add: bool, bytes: u64) -> u64 {
+    if add { v.saturating_add(bytes) } else { v.saturating_sub(bytes) }
+}
+
+/// Seqlock write: sequence odd → `total` and the category → even. Saturating both ways. One
+/// writer (the owner, serialised by `Region::writer`), so plain loads and stores suffice.
+pub(crate) fn write_usage(s: &ProcSlot, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
+    let seq = s.seqlock.load(Ordering::Relaxed) & !1; // never leave a stale odd value in place
+    put64(&s.seqlock, seq.wrapping_add(1), Ordering::Relaxed);
     fence(Ordering::Release);
-    let upd = |a: &AtomicU64| {
-        let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(if add { v.saturating_add(bytes) } else { v.saturating_sub(bytes) })
-        });
-    };
     let m = &s.used[dev];
-    upd(&m.total);
-    upd(m.category(kind));
-    s.seqlock.store(seq + 2, Ordering::Release);
+    put64(&m.total, apply(m.total.load(Ordering::Relaxed), add, bytes), Ordering::Relaxed);
+    let c = m.category(kind);
+    put64(c, apply(c.load(Ordering::Relaxed), add, bytes), Ordering::Relaxed);
+    put64(&s.seqlock, seq.wrapping_add(2), Ordering::Release);
+}
+
+/// Publishes (`bytes > 0`) or clears (`0`) our reservation in flight on slot `s` (owner only).
+pub(crate) fn set_pending(s: &ProcSlot, dev: usize, bytes: u64) {
+    let w = if bytes == 0 { 0 } else { ((dev as u64) << 60) | bytes.min(PENDING_MAX) };
+    put64(&s.unused[PENDING], w, Ordering::Relaxed);
+}
+
+fn pending_on(s: &ProcSlot, dev: usize) -> u64 {
+    let w = s.unused[PENDING].load(Ordering::Relaxed);
+    if w != 0 && (w >> 60) as usize == dev { w & PENDING_MAX } else { 0 }
+}
+
+/// Whether any live slot other than `own_slot` has a reservation in flight.
+pub(crate) fn others_in_flight(region: &Region, own_slot: Option<usize>) -> bool {
+    let r = region.shared();
+    (0..proc_num(r)).any(|k| {
+        let s = &r.procs[k];
+        Some(k) != own_slot && s.status.load(Ordering::Relaxed) != 0 && s.unused[PENDING].load(Ordering::Relaxed) != 0
+    })
+}
+
+/// What a limit check compares: [`container_total`] plus every live slot's reservation in
+/// flight on `dev` (conservative: a reservation being committed may count twice for an instant).
+pub fn checked_total(region: &Region, dev: usize) -> u64 {
+    let r = region.shared();
+    let mut sum = 0u64;
+    for s in &r.procs[..proc_num(r)] {
+        if s.status.load(Ordering::Relaxed) != 0 {
+            sum = sum.saturating_add(s.used[dev].total.load(Ordering::Relaxed)).saturating_add(pending_on(s, dev));
+        }
+    }
+    match region.ext() {
+        Some(e) => sum.saturating_add(overflow_total(&e.overflow, dev)),
+        None => sum,
+    }
+}
+
+fn slot_write(region: &Region, k: usize, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
+    let _w = region.writer.lock();
+    write_usage(&region.shared().procs[k], dev, kind, add, bytes);
+}
+
+/// Adds usage to `pid`'s slot without a limit check (tests, tools; see `ledger::reserve`).
+pub fn add_usage(region: &Region, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
+    if dev >= MAX_DEVICES {
+        return Err(SlotError::BadDevice(dev));
+    }
+    let k = find_slot(region, pid).ok_or(SlotError::NotAttached)?;
+    slot_write(region, k, dev, kind, true, bytes);
+    Ok(())
 }
 
 pub fn add_usage_locked(g: &RegionGuard<'_>, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
-    if dev >= MAX_DEVICES {
-        return Err(SlotError::BadDevice(dev));
-    }
-    let k = find_slot(g.region(), pid).ok_or(SlotError::NotAttached)?;
-    write_usage(&g.procs[k], dev, kind, true, bytes);
-    Ok(())
+    add_usage(g.region(), pid, dev, kind, bytes)
 }
 
 pub fn sub_usage_locked(g: &RegionGuard<'_>, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
-    if dev >= MAX_DEVICES {
-        return Err(SlotError::BadDevice(dev));
-    }
-    let k = find_slot(g.region(), pid).ok_or(SlotError::NotAttached)?;
-    write_usage(&g.procs[k], dev, kind, false, bytes);
-    Ok(())
+    sub_usage(g.region(), pid, dev, kind, bytes).map(|_| ())
 }
 
-/// Adds usage under the lock (no limit check: see `ledger::reserve` for that).
-pub fn add_usage(region: &Region, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
-    let g = region.lock().map_err(SlotError::Lock)?;
-    add_usage_locked(&g, pid, dev, kind, bytes)
-}
-
-/// Subtracts usage (saturating at 0). A free must never be lost (that would cause false OOMs),
-/// so when the lock times out the update is applied without it to the slot found by pid.
+/// Subtracts usage (saturating at 0). Never takes the container lock: a free is never lost.
 pub fn sub_usage(region: &Region, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<UpdatePath, SlotError> {
     if dev >= MAX_DEVICES {
         return Err(SlotError::BadDevice(dev));
     }
-    match region.lock() {
-        Ok(g) => sub_usage_locked(&g, pid, dev, kind, bytes).map(|_| UpdatePath::Locked),
-        Err(_) => {
-            let k = find_slot(region, pid).ok_or(SlotError::NotAttached)?;
-            write_usage(&region.shared().procs[k], dev, kind, false, bytes);
-            Ok(UpdatePath::LockFree)
-        }
-    }
+    let k = find_slot(region, pid).ok_or(SlotError::NotAttached)?;
+    slot_write(region, k, dev, kind, false, bytes);
+    Ok(UpdatePath::LockFree)
 }
+
+// ---- readers ----------------------------------------------------------------------------------
 
 /// Seqlock read of one value of a slot; bounded retries, then the last value read.
 fn read_consistent(s: &ProcSlot, read: impl Fn() -> [u64; 4]) -> [u64; 4] {
@@ -453,6 +514,30 @@ pub fn container_usage(r: &SharedRegion, dev: usize) -> u64 {
     container_breakdown(r, dev).total
 }
 
+/// What every limit check and view uses: the slots' sum ([`slot_totals`]) plus the overflow
+/// table's. One load per live slot (`total` alone needs no seqlock).
+pub fn container_total(region: &Region, dev: usize) -> u64 {
+    if dev >= MAX_DEVICES {
+        return 0;
+    }
+    let t = slot_totals(region.shared(), dev);
+    match region.ext() {
+        Some(e) => t.saturating_add(overflow_total(&e.overflow, dev)),
+        None => t,
+    }
+}
+
+/// Σ `used[dev].total` over live slots, without seqlock retries.
+pub fn slot_totals(r: &SharedRegion, dev: usize) -> u64 {
+    let mut sum = 0u64;
+    for s in &r.procs[..proc_num(r)] {
+        if s.status.load(Ordering::Relaxed) != 0 {
+            sum = sum.saturating_add(s.used[dev].total.load(Ordering::Relaxed));
+        }
+    }
+    sum
+}
+
 pub fn container_breakdown(r: &SharedRegion, dev: usize) -> UsageBreakdown {
     let mut out = UsageBreakdown::default();
     if dev >= MAX_DEVICES {
@@ -480,7 +565,7 @@ pub fn container_breakdown(r: &SharedRegion, dev: usize) -> UsageBreakdown {
     out
 }
 
-/// This process's own `used[dev].total`.
+/// `pid`'s own `used[dev].total`.
 pub fn slot_usage(region: &Region, pid: i32, dev: usize) -> Option<u64> {
     if dev >= MAX_DEVICES {
         return None;
@@ -490,9 +575,112 @@ pub fn slot_usage(region: &Region, pid: i32, dev: usize) -> Option<u64> {
     Some(read_consistent(s, || [s.used[dev].total.load(Ordering::Relaxed), 0, 0, 0])[0])
 }
 
+// ---- overflow table (processes beyond the 1024 slots) -----------------------------------------
+
+fn overflow_records(t: &OverflowTable) -> &[OverflowRecord] {
+    let n = (t.num.load(Ordering::Acquire) as usize).min(OVERFLOW_RECORDS);
+    &t.records[..n]
+}
+
+fn record_is_free(o: &OverflowRecord) -> bool {
+    o.pid.load(Ordering::Relaxed) == 0 && o.status.load(Ordering::Relaxed) == 0
+}
+
+fn free_record(o: &OverflowRecord) {
+    put_i32(&o.status, 0, Ordering::Release);
+    for a in &o.total {
+        put64(a, 0, Ordering::Relaxed);
+    }
+    put64(&o.start_time, 0, Ordering::Relaxed);
+    put_i32(&o.pid, 0, Ordering::Release);
+}
+
+fn shrink_overflow(t: &OverflowTable) {
+    let mut n = (t.num.load(Ordering::Relaxed) as usize).min(OVERFLOW_RECORDS);
+    while n > 0 && record_is_free(&t.records[n - 1]) {
+        n -= 1;
+    }
+    if t.num.load(Ordering::Relaxed) != n as u32 {
+        put32(&t.num, n as u32, Ordering::Release);
+    }
+}
+
+/// Zeroes the whole table (fresh extension).
+pub fn zero_overflow_table(t: &OverflowTable) {
+    for o in &t.records {
+        free_record(o);
+    }
+    t.num.store(0, Ordering::Release);
+}
+
+fn sweep_overflow(t: &OverflowTable, self_pid: i32, is_dead: Liveness<'_>) -> usize {
+    let mut freed = 0;
+    for o in overflow_records(t) {
+        if record_is_free(o) {
+            continue;
+        }
+        let pid = o.pid.load(Ordering::Relaxed);
+        let garbage = o.status.load(Ordering::Relaxed) == 0 || pid <= 0;
+        if garbage || (pid != self_pid && is_dead(pid, o.start_time.load(Ordering::Relaxed))) {
+            free_record(o);
+            freed += 1;
+        }
+    }
+    shrink_overflow(t);
+    freed
+}
+
+/// Claims an overflow record for `(pid, start)` (caller holds the lock; the slot table is full).
+/// Same order as a slot claim: zeroed, `num` raised, identity, pid, status last.
+pub fn attach_overflow_locked(g: &RegionGuard<'_>, pid: i32, start: u64) -> Result<usize, SlotError> {
+    let t = &g.region().ext().ok_or(SlotError::TableFull)?.overflow;
+    let i = (0..OVERFLOW_RECORDS).find(|&i| record_is_free(&t.records[i])).ok_or(SlotError::TableFull)?;
+    let o = &t.records[i];
+    for a in &o.total {
+        put64(a, 0, Ordering::Relaxed);
+    }
+    if (t.num.load(Ordering::Relaxed) as usize) <= i {
+        put32(&t.num, i as u32 + 1, Ordering::Release);
+    }
+    put64(&o.start_time, start, Ordering::Relaxed);
+    put_i32(&o.pid, pid, Ordering::Release);
+    put_i32(&o.status, 1, Ordering::Release);
+    Ok(i)
+}
+
+/// Exit of an overflow process (bounded lock; without it only `status = 0`).
+pub fn detach_overflow(region: &Region, i: usize) {
+    let Some(e) = region.ext() else { return };
+    let o = &e.overflow.records[i.min(OVERFLOW_RECORDS - 1)];
+    match region.lock_timeout(DETACH_LOCK_TIMEOUT) {
+        Ok(_g) => {
+            free_record(o);
+            shrink_overflow(&e.overflow);
+        }
+        Err(_) => o.status.store(0, Ordering::Release),
+    }
+}
+
+/// Σ of the in-use records' totals on `dev`.
+pub fn overflow_total(t: &OverflowTable, dev: usize) -> u64 {
+    let mut sum = 0u64;
+    for o in overflow_records(t) {
+        if o.status.load(Ordering::Relaxed) != 0 {
+            sum = sum.saturating_add(o.total[dev].load(Ordering::Relaxed));
+        }
+    }
+    sum
+}
+
+/// Owner-only update of record `o` (caller holds `Region::writer`).
+pub(crate) fn write_record(o: &OverflowRecord, dev: usize, add: bool, bytes: u64) {
+    put64(&o.total[dev], apply(o.total[dev].load(Ordering::Relaxed), add, bytes), Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::Ledger;
     use crate::regionfile::RegionInit;
     use crate::testutil::{fork_child, temp_path, wait_child};
 
@@ -506,16 +694,21 @@ mod tests {
         proc_num(r.shared())
     }
 
+    const ALIVE: Liveness<'static> = &|_, _| false;
+
     #[test]
     fn attach_reuse_detach() {
         let (_p, r) = region("slots-basic");
         let me = unsafe { libc::getpid() };
         let a = attach(&r, me).unwrap();
         assert_eq!(a, AttachInfo { index: 0, reused: false, removed: 0 });
+        let k = find_slot(&r, me).unwrap();
+        assert_eq!(r.shared().procs[k].unused[START_TIME].load(Ordering::Relaxed), proc_start_time(me).unwrap());
         add_usage(&r, me, 0, UsageKind::Data, 100).unwrap();
-        // Second attach with the same pid: stale slot reset, no duplicate.
+        // Second attach with the same pid: slot reset in place, no duplicate.
         let a = attach(&r, me).unwrap();
         assert!(a.reused);
+        assert_eq!(a.index, 0);
         assert_eq!(pn(&r), 1);
         assert_eq!(slot_usage(&r, me, 0), Some(0));
         assert!(detach(&r, me));
@@ -525,36 +718,34 @@ mod tests {
     }
 
     #[test]
-    fn compaction_moves_last_into_hole() {
-        let (_p, r) = region("slots-compact");
-        let dead = |p: i32| p >= 9000;
-        {
-            let g = r.lock().unwrap();
-            for pid in [100, 9001, 102, 9003, 104] {
-                attach_with(&g, pid, &|_| false).unwrap();
-                add_usage_locked(&g, pid, 2, UsageKind::Data, pid as u64).unwrap();
-            }
-            assert_eq!(proc_num(&g), 5);
-            g.procs[2].pid.store(0, Ordering::Relaxed); // exited (102)
-            let removed = compact_locked(&g, 100, &dead);
-            assert_eq!(removed, 3);
-            assert_eq!(proc_num(&g), 2);
-            let pids: Vec<i32> = (0..2).map(|k| g.procs[k].pid.load(Ordering::Relaxed)).collect();
-            assert_eq!(pids, vec![100, 104]);
-            assert_eq!(g.procs[1].used[2].total.load(Ordering::Relaxed), 104);
-            assert_eq!(g.procs[1].used[2].data_size.load(Ordering::Relaxed), 104);
-            assert_eq!(g.procs[1].status.load(Ordering::Relaxed), 1);
-            for k in 2..5 {
-                assert_eq!(g.procs[k].pid.load(Ordering::Relaxed), 0);
-                assert_eq!(g.procs[k].used[2].total.load(Ordering::Relaxed), 0);
-            }
-            assert_eq!(container_usage(&g, 2), 204);
-            // Our own pid is never removed even if the probe says dead.
-            assert_eq!(compact_locked(&g, 104, &|_| true), 1);
-            assert_eq!(g.procs[0].pid.load(Ordering::Relaxed), 104);
+    fn dead_slots_are_freed_in_place_and_live_ones_never_move() {
+        let (_p, r) = region("slots-holes");
+        let dead = |p: i32, _| p >= 9000;
+        let g = r.lock().unwrap();
+        for pid in [100, 9001, 102, 9003, 104, 9005] {
+            attach_with(&g, pid, 0, ALIVE).unwrap();
+            add_usage_locked(&g, pid, 2, UsageKind::Data, pid as u64).unwrap();
         }
-        // The hint is verified: after the move, 104 is found at index 0.
-        assert_eq!(find_slot(&r, 104), Some(0));
+        g.procs[2].status.store(0, Ordering::Relaxed); // 102 exited without the lock
+        assert_eq!(sweep_locked(&g, 100, &dead), 4);
+        // Holes stay holes; survivors keep their index; trailing free slots shrink proc_num.
+        assert_eq!(proc_num(&g), 5);
+        let pids: Vec<(i32, i32)> = (0..5).map(|k| (g.procs[k].pid.load(Ordering::Relaxed), g.procs[k].status.load(Ordering::Relaxed))).collect();
+        assert_eq!(pids, vec![(100, 1), (0, 0), (0, 0), (0, 0), (104, 1)]);
+        assert_eq!(g.procs[1].used[2].total.load(Ordering::Relaxed), 0, "freed slot zeroed");
+        assert_eq!(container_usage(&g, 2), 204);
+        assert_eq!(container_total(&r, 2), 204);
+        // A newcomer takes the lowest free slot.
+        assert_eq!(attach_with(&g, 7, 0, ALIVE).unwrap().index, 1);
+        // Our own pid is never freed even if the probe says dead.
+        assert_eq!(sweep_locked(&g, 104, &|p, _| p != 7), 1);
+        assert_eq!(proc_num(&g), 5);
+        assert_eq!(g.procs[4].pid.load(Ordering::Relaxed), 104);
+        // The last one leaving shrinks proc_num past every trailing hole.
+        drop(g);
+        assert!(detach(&r, 104));
+        assert_eq!(pn(&r), 2);
+        assert_eq!(find_slot(&r, 7), Some(1));
     }
 
     #[test]
@@ -562,12 +753,12 @@ mod tests {
         let (_p, r) = region("slots-full");
         let g = r.lock().unwrap();
         for pid in 1..=MAX_PROCS as i32 {
-            attach_with(&g, 100_000 + pid, &|_| false).unwrap();
+            attach_with(&g, 100_000 + pid, 0, ALIVE).unwrap();
         }
-        assert!(matches!(attach_with(&g, 5, &|_| false), Err(SlotError::TableFull)));
-        // A dead one frees room.
-        let a = attach_with(&g, 5, &|p| p == 100_001).unwrap();
-        assert_eq!(a.removed, 1);
+        assert!(matches!(attach_with(&g, 5, 0, ALIVE), Err(SlotError::TableFull)));
+        // A dead one frees room (its slot, in place).
+        let a = attach_with(&g, 5, 0, &|p, _| p == 100_001).unwrap();
+        assert_eq!((a.removed, a.index), (1, 0));
         assert_eq!(proc_num(&g), MAX_PROCS);
     }
 
@@ -575,15 +766,12 @@ mod tests {
     fn usage_sums_and_saturation() {
         let (_p, r) = region("slots-usage");
         let g = r.lock().unwrap();
-        attach_with(&g, 1, &|_| false).unwrap();
-        attach_with(&g, 2, &|_| false).unwrap();
+        attach_with(&g, 1, 0, ALIVE).unwrap();
+        attach_with(&g, 2, 0, ALIVE).unwrap();
         add_usage_locked(&g, 1, 0, UsageKind::Data, 1000).unwrap();
         add_usage_locked(&g, 1, 0, UsageKind::Context, 50).unwrap();
         add_usage_locked(&g, 2, 0, UsageKind::Module, 7).unwrap();
-        assert_eq!(
-            container_breakdown(&g, 0),
-            UsageBreakdown { total: 1057, context: 50, module: 7, data: 1000 }
-        );
+        assert_eq!(container_breakdown(&g, 0), UsageBreakdown { total: 1057, context: 50, module: 7, data: 1000 });
         sub_usage_locked(&g, 1, 0, UsageKind::Data, 5000).unwrap();
         let s = &g.procs[0].used[0];
         assert_eq!(s.data_size.load(Ordering::Relaxed), 0, "saturates, never wraps");
@@ -592,10 +780,12 @@ mod tests {
         add_usage_locked(&g, 2, 0, UsageKind::Data, u64::MAX).unwrap();
         assert_eq!(g.procs[1].used[0].total.load(Ordering::Relaxed), u64::MAX);
         assert_eq!(container_usage(&g, 0), u64::MAX);
+        assert_eq!(container_total(&r, 0), u64::MAX);
         assert!(matches!(add_usage_locked(&g, 1, 16, UsageKind::Data, 1), Err(SlotError::BadDevice(16))));
         // status 0 slots are not counted.
         g.procs[1].status.store(0, Ordering::Relaxed);
         assert_eq!(container_usage(&g, 0), 0);
+        assert_eq!(container_total(&r, 0), 0);
         assert_eq!(g.procs[0].seqlock.load(Ordering::Relaxed) % 2, 0);
     }
 
@@ -608,8 +798,9 @@ mod tests {
         assert_eq!(attach(&r, me).unwrap().index, 0);
         assert_eq!(pn(&r), 1);
         r.shared().proc_num.store(5000, Ordering::Relaxed);
-        // Slots 1.. are zero (pid 0): compaction removes them and writes a sane count.
-        assert_eq!(compact(&r, me).unwrap(), MAX_PROCS - 1);
+        assert_eq!(container_total(&r, 0), 0);
+        // Slots 1.. are free (pid 0, status 0): nothing to free, and a sane count is written.
+        assert_eq!(sweep(&r, me, Duration::from_secs(1)).unwrap(), 0);
         assert_eq!(r.shared().proc_num.load(Ordering::Relaxed), 1);
     }
 
@@ -617,7 +808,7 @@ mod tests {
     fn odd_seqlock_is_bounded() {
         let (_p, r) = region("slots-odd");
         let g = r.lock().unwrap();
-        attach_with(&g, 1, &|_| false).unwrap();
+        attach_with(&g, 1, 0, ALIVE).unwrap();
         add_usage_locked(&g, 1, 0, UsageKind::Data, 10).unwrap();
         g.procs[0].seqlock.store(7, Ordering::Relaxed); // writer died mid-update
         assert_eq!(container_usage(&g, 0), 10);
@@ -626,18 +817,21 @@ mod tests {
     }
 
     #[test]
-    fn hostpid_and_real_liveness() {
+    fn hostpid_liveness_and_identity() {
         let (_p, r) = region("slots-live");
         let me = unsafe { libc::getpid() };
         attach(&r, me).unwrap();
         set_hostpid(&r, me, 777).unwrap();
         assert_eq!(hostpid(&r, me), Some(777));
-        assert!(!pid_is_dead(me));
+        let start = proc_start_time(me).expect("/proc/self/stat");
+        assert!(!pid_is_dead(me) && !is_dead(me, start) && !is_dead(me, 0));
+        // Same pid, another process (pid reuse): dead.
+        assert!(is_dead(me, start + 1));
         assert!(pid_is_dead(0) && pid_is_dead(-5));
         // A zombie child counts as dead; a reaped one too.
         let (pid, _rx) = fork_child(|_| {});
-        std::thread::sleep(Duration::from_millis(100));
-        for _ in 0..100 {
+        let child_start = proc_start_time(pid);
+        for _ in 0..200 {
             if pid_is_dead(pid) {
                 break;
             }
@@ -645,14 +839,66 @@ mod tests {
         }
         assert!(pid_is_dead(pid), "zombie is dead");
         wait_child(pid);
-        assert!(pid_is_dead(pid));
+        assert!(pid_is_dead(pid) && is_dead(pid, child_start.unwrap_or(0)));
         assert_eq!(proc_stat_state(b"12 (a) b) Z 1 2"), Some(b'Z'));
         assert_eq!(proc_stat_state(b"garbage"), None);
+        let line = b"7 (we)ird) S 1 7 7 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10";
+        assert_eq!(proc_stat_start_time(line), Some(123_456));
+        assert_eq!(proc_stat_start_time(b"7 (x) S 1"), None);
     }
 
-    // ---- interrupted moves (a lock holder SIGKILLed mid-compaction) ----------------------------
+    #[test]
+    fn a_recycled_pid_does_not_keep_a_dead_slot() {
+        let (_p, r) = region("slots-reuse");
+        let me = unsafe { libc::getpid() };
+        let g = r.lock().unwrap();
+        // Pid 1 is alive, but this slot's owner started at another time: a previous owner.
+        attach_with(&g, 1, 42, ALIVE).unwrap();
+        add_usage_locked(&g, 1, 0, UsageKind::Data, 500).unwrap();
+        assert_eq!(container_total(&r, 0), 500);
+        let real = proc_start_time(1);
+        if real.is_some_and(|t| t != 42) {
+            assert!(has_sweepable(&r, me, &is_dead));
+            assert_eq!(sweep_locked(&g, me, &is_dead), 1);
+            assert_eq!(container_total(&r, 0), 0);
+        }
+    }
 
-    /// Usage of a live test process, distinct per pid and per field.
+    // ---- the overflow table -------------------------------------------------------------------
+
+    #[test]
+    fn overflow_records_count_in_every_sum_and_are_swept() {
+        let (_p, r) = region("slots-overflow");
+        let g = r.lock().unwrap();
+        attach_with(&g, 1, 0, ALIVE).unwrap();
+        add_usage_locked(&g, 1, 3, UsageKind::Data, 100).unwrap();
+        let a = attach_overflow_locked(&g, 9001, 0).unwrap();
+        let b = attach_overflow_locked(&g, 2, 0).unwrap();
+        assert_eq!((a, b), (0, 1));
+        let t = &r.ext().unwrap().overflow;
+        write_record(&t.records[a], 3, true, 40);
+        write_record(&t.records[b], 3, true, 2);
+        assert_eq!(container_total(&r, 3), 142);
+        assert_eq!(container_usage(&g, 3), 100, "the monitor's sum is the slots'");
+        assert_eq!(sweep_locked(&g, 1, &|p, _| p >= 9000), 1);
+        assert_eq!(container_total(&r, 3), 102);
+        assert_eq!(t.num.load(Ordering::Relaxed), 2, "a hole below a used record stays");
+        drop(g);
+        detach_overflow(&r, b);
+        assert_eq!(t.num.load(Ordering::Relaxed), 0);
+        assert_eq!(container_total(&r, 3), 100);
+        let g = r.lock().unwrap();
+        for i in 0..OVERFLOW_RECORDS {
+            attach_overflow_locked(&g, 10_000 + i as i32, 0).unwrap();
+        }
+        assert!(matches!(attach_overflow_locked(&g, 5, 0), Err(SlotError::TableFull)));
+    }
+
+    // ---- interruption: SIGKILL after every store of every protocol step ------------------------
+
+    /// Live test processes: (pid, slot they must keep).
+    const LIVE: [i32; 3] = [101, 102, 103];
+
     fn fill(g: &RegionGuard<'_>, pid: i32) {
         add_usage_locked(g, pid, 0, UsageKind::Data, pid as u64 * 1000).unwrap();
         add_usage_locked(g, pid, 3, UsageKind::Context, pid as u64).unwrap();
@@ -662,174 +908,152 @@ mod tests {
         g.procs[k].device_util[3].sm_util.store(pid as u64 % 100, Ordering::Relaxed);
     }
 
-    /// `(data on dev 0, context on dev 3, module on dev 15)` expected for `pid` plus `extra` data.
-    fn expect_slot(g: &RegionGuard<'_>, k: usize, pid: i32, extra: u64, what: &str) {
-        let s = &g.procs[k];
-        let p = pid as u64;
-        assert_eq!(s.status.load(Ordering::Relaxed), 1, "{what}: status of {pid}");
-        assert_eq!(s.hostpid.load(Ordering::Relaxed), pid + 50_000, "{what}: hostpid of {pid}");
-        assert_eq!(s.used[0].data_size.load(Ordering::Relaxed), p * 1000 + extra, "{what}: data of {pid}");
-        assert_eq!(s.used[0].total.load(Ordering::Relaxed), p * 1000 + extra, "{what}: total 0 of {pid}");
-        assert_eq!(s.used[3].context_size.load(Ordering::Relaxed), p, "{what}: ctx of {pid}");
-        assert_eq!(s.used[3].total.load(Ordering::Relaxed), p, "{what}: total 3 of {pid}");
-        assert_eq!(s.used[15].module_size.load(Ordering::Relaxed), p * 7, "{what}: module of {pid}");
-        assert_eq!(s.device_util[3].sm_util.load(Ordering::Relaxed), p % 100, "{what}: util of {pid}");
-        assert_eq!(s.seqlock.load(Ordering::Relaxed) % 2, 0, "{what}: seqlock of {pid}");
-    }
-
-    /// Exactly one slot per live pid in `[0, proc_num)`, each with its usage (+ `extra[pid]` data).
-    fn assert_one_slot_per_pid(g: &RegionGuard<'_>, live: &[i32], extra: &dyn Fn(i32) -> u64, what: &str) {
-        let n = proc_num(g);
-        let mut pids: Vec<i32> = (0..n).map(|k| g.procs[k].pid.load(Ordering::Relaxed)).collect();
-        for (k, &pid) in pids.iter().enumerate() {
-            expect_slot(g, k, pid, extra(pid), what);
+    /// Fresh table: 101, dead 9001, 102, dead 9002, 103 (the dead carry usage too), overflow
+    /// records for a live 104 and a dead 9004. Returns each live pid's slot.
+    fn setup(g: &RegionGuard<'_>) -> Vec<(i32, usize)> {
+        for k in 0..16 {
+            free_slot(&g.procs[k]);
         }
-        pids.sort_unstable();
-        let mut want = live.to_vec();
-        want.sort_unstable();
-        assert_eq!(pids, want, "{what}: pids in [0, proc_num)");
-        let sum: u64 = live.iter().map(|&p| p as u64 * 1000 + extra(p)).sum();
-        assert_eq!(container_usage(g, 0), sum, "{what}: container usage");
+        g.proc_num.store(0, Ordering::Relaxed);
+        zero_overflow_table(&g.region().ext().unwrap().overflow);
+        for pid in [101, 9001, 102, 9002, 103] {
+            attach_with(g, pid, 0, ALIVE).unwrap();
+            fill(g, pid);
+        }
+        let t = &g.region().ext().unwrap().overflow;
+        for pid in [104, 9004] {
+            let i = attach_overflow_locked(g, pid, 0).unwrap();
+            write_record(&t.records[i], 0, true, pid as u64);
+        }
+        LIVE.iter().map(|&p| (p, find_slot(g.region(), p).unwrap())).collect()
     }
 
-    /// Kill the compaction after each of its stores in turn (the stores after the budget are
-    /// dropped, exactly what SIGKILL leaves in the shared file); then the live processes keep
-    /// updating their usage through `find_slot` (with the hint they had, and with a stale one),
-    /// and the next compaction must leave exactly one slot per live pid carrying all its usage.
-    #[test]
-    fn interrupted_compaction_at_every_store_is_repaired_by_the_next() {
-        let (_p, r) = region("slots-interrupt");
-        let dead = |p: i32| p >= 9000;
-        let layout = [9001, 101, 9002, 102, 103, 9003];
-        let live = [101, 102, 103];
+    /// After recovery: every live process in its own unchanged slot with exactly its usage, no
+    /// slot or record of a dead pid counted, sums exact, `proc_num` tight.
+    fn assert_exact(g: &RegionGuard<'_>, home: &[(i32, usize)], what: &str) {
+        let n = proc_num(g);
+        for &(pid, k) in home {
+            let s = &g.procs[k];
+            let p = pid as u64;
+            assert_eq!(s.pid.load(Ordering::Relaxed), pid, "{what}: pid of slot {k}");
+            assert_eq!(s.status.load(Ordering::Relaxed), 1, "{what}: status of {pid}");
+            assert_eq!(s.hostpid.load(Ordering::Relaxed), pid + 50_000, "{what}: hostpid of {pid}");
+            assert_eq!(s.used[0].data_size.load(Ordering::Relaxed), p * 1000, "{what}: data of {pid}");
+            assert_eq!(s.used[0].total.load(Ordering::Relaxed), p * 1000, "{what}: total of {pid}");
+            assert_eq!(s.used[3].context_size.load(Ordering::Relaxed), p, "{what}: ctx of {pid}");
+            assert_eq!(s.used[15].module_size.load(Ordering::Relaxed), p * 7, "{what}: module of {pid}");
+            assert_eq!(s.device_util[3].sm_util.load(Ordering::Relaxed), p % 100, "{what}: util of {pid}");
+            assert_eq!(s.seqlock.load(Ordering::Relaxed) % 2, 0, "{what}: seqlock of {pid}");
+        }
+        let counted: Vec<i32> = (0..n)
+            .filter(|&k| g.procs[k].status.load(Ordering::Relaxed) != 0)
+            .map(|k| g.procs[k].pid.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(counted, LIVE.to_vec(), "{what}: counted slots");
+        assert!(n == 0 || !is_free(&g.procs[n - 1]), "{what}: proc_num {n} not tight");
+        let sum: u64 = LIVE.iter().map(|&p| p as u64 * 1000).sum();
+        assert_eq!(container_usage(g, 0), sum, "{what}: monitor's sum");
+        assert_eq!(container_total(g.region(), 0), sum + 104, "{what}: limit check's sum");
+        assert_eq!(container_breakdown(g, 3).context, LIVE.iter().map(|&p| p as u64).sum::<u64>(), "{what}: ctx sum");
+    }
+
+    /// Runs `step` with a store budget of 0, 1, 2, … until it completes within the budget. After
+    /// each kill, `victims` are dead; a survivor (101) sweeps, and the table must be exact.
+    fn kill_at_every_store(name: &str, victims: &[i32], step: &dyn Fn(&RegionGuard<'_>)) -> usize {
+        let (_p, r) = region(name);
+        let dead = |p: i32, _| p >= 9000 || victims.contains(&p);
         let mut budget = 0usize;
-        let mut seen_duplicate = false;
-        let mut seen_status0_copy = false;
         loop {
             let g = r.lock().unwrap();
-            // Fresh table.
-            for k in 0..MAX_PROCS.min(8) {
-                zero_slot(&g.procs[k]);
-            }
-            g.proc_num.store(0, Ordering::Relaxed);
-            for pid in layout {
-                attach_with(&g, pid, &|_| false).unwrap();
-                fill(&g, pid);
-            }
-            let home: Vec<(i32, usize)> = live.iter().map(|&p| (p, find_slot(&r, p).unwrap())).collect();
-
+            let home = setup(&g);
             STORE_BUDGET.with(|b| b.set(Some(budget)));
-            compact_locked(&g, 1, &dead);
+            step(&g);
             let left = STORE_BUDGET.with(|b| b.replace(None)).unwrap();
-            let what = format!("killed after {budget} stores");
-
-            // State right after the kill: no live pid is counted more than once except a complete
-            // duplicate, and find_slot must pick the copy the next compaction keeps.
-            let n = proc_num(&g);
-            for &p in &live {
-                let c = (0..n)
-                    .filter(|&k| g.procs[k].pid.load(Ordering::Relaxed) == p && g.procs[k].status.load(Ordering::Relaxed) != 0)
-                    .count();
-                seen_duplicate |= c == 2;
-                seen_status0_copy |= (0..n).any(|k| g.procs[k].pid.load(Ordering::Relaxed) == p && g.procs[k].status.load(Ordering::Relaxed) == 0);
-                assert!((1..=2).contains(&c), "{what}: {p} has {c} live slots");
+            let what = format!("{name}: killed after {budget} stores");
+            // Before the repair nothing a live process owns changed, and nothing is counted twice.
+            for &(pid, k) in &home {
+                assert_eq!(g.procs[k].pid.load(Ordering::Relaxed), pid, "{what}: live slot touched");
             }
-            // Each live process adds usage: half with the hint it had before the move, half with
-            // a stale hint (forcing a scan).
-            for (i, &(p, k)) in home.iter().enumerate() {
-                r.slot_hint.store(if i % 2 == 0 { k } else { usize::MAX }, Ordering::Relaxed);
-                add_usage_locked(&g, p, 0, UsageKind::Data, 5).unwrap();
-            }
-
-            compact_locked(&g, 1, &dead);
-            assert_one_slot_per_pid(&g, &live, &|_| 5, &what);
-            // And it is stable.
-            assert_eq!(compact_locked(&g, 1, &dead), 0, "{what}: second repair removed something");
-            for &p in &live {
-                let k = find_slot(&r, p).unwrap();
-                assert_eq!(g.procs[k].pid.load(Ordering::Relaxed), p);
-            }
+            sweep_locked(&g, 101, &dead);
+            assert_exact(&g, &home, &what);
+            assert_eq!(sweep_locked(&g, 101, &dead), 0, "{what}: second sweep freed something");
             drop(g);
             if left > 0 {
-                break; // the compaction completed within the budget: every kill point was tried
+                return budget; // the step completed within the budget: every kill point was tried
             }
             budget += 1;
         }
-        assert!(budget > 100, "only {budget} stores: the hook is not reached");
-        assert!(seen_duplicate && seen_status0_copy, "the interesting states were produced");
     }
 
-    /// The half-written states of a move, built by hand (pid 7 moved from slot 2 into hole 0).
     #[test]
-    fn interrupted_move_states_built_by_hand() {
-        let (_p, r) = region("slots-halfmove");
-        // stage 0: target pid 0, partial copy; 1: target has the pid, status still 0;
-        // 2: complete copy (both status 1), proc_num not yet decremented;
-        // 3: proc_num decremented, source partly zeroed (out of range).
-        for stage in 0..4 {
-            let g = r.lock().unwrap();
-            for k in 0..4 {
-                zero_slot(&g.procs[k]);
-            }
-            g.proc_num.store(0, Ordering::Relaxed);
-            for pid in [9000, 5, 7] {
-                attach_with(&g, pid, &|_| false).unwrap();
-                fill(&g, pid);
-            }
-            let (hole, src) = (&g.procs[0], &g.procs[2]);
-            hole.status.store(0, Ordering::Relaxed);
-            hole.pid.store(0, Ordering::Relaxed);
-            // Partial copy of the source's usage.
-            hole.used[0].data_size.store(src.used[0].data_size.load(Ordering::Relaxed), Ordering::Relaxed);
-            hole.used[0].total.store(src.used[0].total.load(Ordering::Relaxed), Ordering::Relaxed);
-            if stage >= 1 {
-                copy_slot(src, hole);
-                hole.status.store(0, Ordering::Relaxed);
-            }
-            if stage >= 2 {
-                hole.status.store(1, Ordering::Relaxed);
-            }
-            if stage >= 3 {
-                g.proc_num.store(2, Ordering::Relaxed);
-                src.status.store(0, Ordering::Relaxed);
-                src.pid.store(0, Ordering::Relaxed);
-            }
-            // find_slot never picks the half-written copy, and prefers the original.
-            r.slot_hint.store(usize::MAX, Ordering::Relaxed);
-            let want = if stage >= 3 { 0 } else { 2 };
-            assert_eq!(find_slot(&r, 7), Some(want), "stage {stage}");
-            assert_eq!(find_slot(&r, 0), None, "stage {stage}: pid 0 is nobody");
-            let dup = if stage == 2 { 7 } else { 0 };
-            assert_eq!(
-                container_usage(&g, 0),
-                5000 + 7000 + dup * 1000,
-                "stage {stage}: before the repair only a complete duplicate counts twice"
-            );
-            compact_locked(&g, 5, &|p| p >= 9000);
-            assert_one_slot_per_pid(&g, &[5, 7], &|_| 0, &format!("stage {stage}"));
-        }
+    fn interrupted_sweep_is_finished_by_the_next() {
+        let n = kill_at_every_store("int-sweep", &[], &|g| {
+            sweep_locked(g, 102, &|p, _| p >= 9000);
+        });
+        assert!(n > 200, "only {n} stores: the hook is not reached");
     }
 
-    /// Exited (`status == 0`) slots are removed even when their pid is still alive, and
-    /// duplicates keep the higher slot, whose usage may differ.
     #[test]
-    fn status0_and_duplicate_slots_are_removed() {
-        let (_p, r) = region("slots-dup");
-        let g = r.lock().unwrap();
-        for pid in [1, 2, 3, 4] {
-            attach_with(&g, pid, &|_| false).unwrap();
-            fill(&g, pid);
+    fn interrupted_attach_leaves_nothing_counted() {
+        let n = kill_at_every_store("int-attach", &[200], &|g| {
+            attach_with(g, 200, 0, &|p, _| p >= 9000).unwrap();
+            // (Once killed, the "process" finds no slot: its later steps do nothing.)
+            let _ = add_usage_locked(g, 200, 0, UsageKind::Data, 77);
+        });
+        assert!(n > 200, "only {n} stores");
+    }
+
+    #[test]
+    fn interrupted_reattach_leaves_nothing_counted() {
+        kill_at_every_store("int-reattach", &[200], &|g| {
+            STORE_BUDGET.with(|b| {
+                let keep = b.replace(None);
+                attach_with(g, 200, 0, ALIVE).unwrap();
+                add_usage_locked(g, 200, 0, UsageKind::Data, 5).unwrap();
+                b.set(keep);
+            });
+            attach_with(g, 200, 0, ALIVE).unwrap();
+        });
+    }
+
+    #[test]
+    fn interrupted_detach_and_overflow_steps() {
+        kill_at_every_store("int-detach", &[200], &|g| {
+            STORE_BUDGET.with(|b| {
+                let keep = b.replace(None);
+                attach_with(g, 200, 0, ALIVE).unwrap();
+                add_usage_locked(g, 200, 0, UsageKind::Data, 5).unwrap();
+                b.set(keep);
+            });
+            let k = find_slot(g.region(), 200).unwrap();
+            free_slot(&g.procs[k]);
+            shrink_proc_num(g);
+        });
+        kill_at_every_store("int-overflow", &[300], &|g| {
+            let i = attach_overflow_locked(g, 300, 0).unwrap();
+            write_record(&g.region().ext().unwrap().overflow.records[i], 0, true, 9);
+            free_record(&g.region().ext().unwrap().overflow.records[i]);
+        });
+    }
+
+    /// A reserving / releasing process killed at any store of its update: only its own slot is
+    /// affected, and the sweep discards that slot whole.
+    #[test]
+    fn interrupted_reserve_and_release() {
+        for limit in [0, 1 << 40] {
+            kill_at_every_store("int-reserve", &[200], &|g| {
+                let r = g.region();
+                STORE_BUDGET.with(|b| {
+                    let keep = b.replace(None);
+                    attach_with(g, 200, 0, ALIVE).unwrap();
+                    b.set(keep);
+                });
+                let l = Ledger::shared(r, 200, true);
+                l.reserve(0, 4096, UsageKind::Data, limit).unwrap().commit();
+                l.release(0, UsageKind::Data, 4096);
+                // A refused reservation (over the limit) retracts.
+                let _ = l.reserve(0, u64::MAX / 2, UsageKind::Data, 1 << 40);
+            });
         }
-        // Slot 0 (pid 1, say dead) became a complete copy of 4 (an interrupted move); 4 then adds
-        // usage, which goes to its original slot (found by a scan from the top).
-        copy_slot(&g.procs[3], &g.procs[0]);
-        r.slot_hint.store(usize::MAX, Ordering::Relaxed);
-        add_usage_locked(&g, 4, 0, UsageKind::Data, 11).unwrap();
-        assert_eq!(g.procs[3].used[0].data_size.load(Ordering::Relaxed), 4011);
-        assert_eq!(g.procs[0].used[0].data_size.load(Ordering::Relaxed), 4000);
-        g.procs[2].status.store(0, Ordering::Relaxed); // 3 exited without the lock (pid still set)
-        let removed = compact_locked(&g, 3, &|_| false);
-        assert_eq!(removed, 2, "the stale duplicate of 4 and exited 3 (even though 3 is self_pid)");
-        assert_one_slot_per_pid(&g, &[2, 4], &|p| if p == 4 { 11 } else { 0 }, "dup");
     }
 }
