@@ -298,6 +298,14 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The KAI Scheduler's region location (regionpath.rs step 2), from the origin's sources.
+    fn kai_region(&mut self) -> Option<PathBuf> {
+        use crate::regionpath::{kai_path, ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT};
+        let (pod, ctr) = (self.contract(ENV_POD_UID)?, self.contract(ENV_CONTAINER_NAME)?);
+        let mount = self.contract(ENV_VGPU_MOUNT);
+        kai_path(self.src, mount.as_deref(), &pod, &ctr)
+    }
+
     fn warn(&mut self, variable: &str, value: &str, action: String) {
         self.warnings.push(ConfigWarning { variable: variable.to_owned(), value: value.to_owned(), action });
     }
@@ -314,15 +322,9 @@ impl<'a> Builder<'a> {
             self.origin = ConfigOrigin::Pid1Environ;
             return None;
         }
-        if !self.src.exists(Path::new(DEFAULT_REGION_PATH))
-            && let Some(names) = self.src.list_dir(Path::new(HOOK_DIR))
-        {
-            let caches: Vec<&String> =
-                names.iter().filter(|n| n.ends_with(".cache") && !n.contains("libvgpu.so")).collect();
-            if caches.len() == 1 {
-                self.origin = ConfigOrigin::DiscoveredRegion;
-                return Some(Path::new(HOOK_DIR).join(caches[0]));
-            }
+        if let Some(p) = crate::regionpath::discover(self.src) {
+            self.origin = ConfigOrigin::DiscoveredRegion;
+            return Some(p);
         }
         self.origin = ConfigOrigin::Defaults;
         None
@@ -429,7 +431,7 @@ impl<'a> Builder<'a> {
         let region_path = match (self.limit_var(ENV_SHARED_CACHE), discovered) {
             (Some(p), _) => PathBuf::from(p),
             (None, Some(p)) => p,
-            (None, None) => PathBuf::from(DEFAULT_REGION_PATH),
+            (None, None) => self.kai_region().unwrap_or_else(|| PathBuf::from(DEFAULT_REGION_PATH)),
         };
 
         let task_priority = match self.contract(ENV_TASK_PRIORITY) {

@@ -3,11 +3,13 @@
 //! accounting and the virtual memory view. Everything here is unit-tested with `cargo test -p vgpu-core`.
 
 pub mod config;
+pub mod counters;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;
 pub mod lock;
 pub mod region;
+pub mod regionpath;
 pub mod regionfile;
 pub mod slots;
 pub mod views;
