@@ -173,7 +173,9 @@ pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
         let b = slots::container_breakdown(r, d);
         let limit = r.limit[d].load(Ordering::Relaxed);
         let uuid = r.uuid(d).or_else(|| (r.uuids[d][0].load(Ordering::Relaxed) != 0).then(|| "<invalid>".into()));
-        let listed = (d as u64) < device_num.min(MAX_DEVICES as u64) || limit > 0 || b.total > 0;
+        // The monitor's devices (d < device_num), plus any with usage, plus device 0 before the
+        // first NVML call has published the device list (a global limit fills all 16 limit[]).
+        let listed = (d as u64) < device_num.min(MAX_DEVICES as u64) || b.total > 0 || (device_num == 0 && d == 0);
         if !listed {
             continue;
         }
