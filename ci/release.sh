@@ -11,7 +11,8 @@
 # target/zigtools (a Python venv with ziglang + cargo-zigbuild from PyPI; `cargo install
 # cargo-zigbuild --locked` if the wheel is unavailable).
 #
-# Output: target/release-floor/libvgpu.so, target/release-floor/FLOOR (the glibc floor actually
+# Output: target/release-floor/libvgpu.so, target/release-floor/vgpu-smi (the operator's CLI,
+# shipped beside the library, same floor), target/release-floor/FLOOR (the glibc floor actually
 # used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt.
 #
 # Environment: VGPU_GLIBC_FLOOR (default 2.17), CARGO_TARGET_DIR (honoured; default target/),
@@ -99,6 +100,28 @@ check_so() {
     return "$bad"
 }
 
+# check_bin FILE FLOOR: an executable shipped beside the library (vgpu-smi): glibc floor and NEEDED.
+check_bin() {
+    local bin=$1 floor=$2 bad=0 max needed
+    [ -f "$bin" ] || die "no such file: $bin"
+    max=$(max_glibc "$bin")
+    if [ -n "$max" ] && ! version_le "$max" "$floor"; then
+        log "FAIL $(basename "$bin"): highest GLIBC_ version $max exceeds the floor $floor"
+        bad=1
+    else
+        log "ok   $(basename "$bin"): highest GLIBC_ version ${max:-none} (floor $floor)"
+    fi
+    needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    while read -r lib; do
+        [ -n "$lib" ] || continue
+        if ! [[ $lib =~ $ALLOWED_NEEDED ]]; then
+            log "FAIL $(basename "$bin") NEEDED has $lib (it must run without the driver and in bare images)"
+            bad=1
+        fi
+    done <<< "$needed"
+    return "$bad"
+}
+
 if [ "${1:-}" = "--check" ]; then
     [ $# -ge 2 ] || die "usage: $0 --check FILE [FLOOR]"
     check_so "$2" "${3:-$FLOOR}"
@@ -141,9 +164,9 @@ ensure_tools
 
 build_floor() {
     local floor=$1
-    log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu"
+    log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu -p vgpu-smi"
     # LD_PRELOAD must not leak into the compiler.
-    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu
+    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu -p vgpu-smi
 }
 
 USED=$FLOOR
@@ -162,12 +185,19 @@ SRC=$TARGET_DIR/$TRIPLE/release/libvgpu.so
 mkdir -p "$OUT"
 cp -f "$SRC" "$OUT/libvgpu.so.tmp"
 mv -f "$OUT/libvgpu.so.tmp" "$OUT/libvgpu.so"
+SMI=$TARGET_DIR/$TRIPLE/release/vgpu-smi
+[ -f "$SMI" ] || die "build produced no $SMI"
+cp -f "$SMI" "$OUT/vgpu-smi.tmp"
+mv -f "$OUT/vgpu-smi.tmp" "$OUT/vgpu-smi"
 echo "$USED" > "$OUT/FLOOR"
 objdump -T "$OUT/libvgpu.so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u > "$OUT/exports.txt"
 log "artifact: $OUT/libvgpu.so ($(stat -c %s "$OUT/libvgpu.so") bytes), glibc floor $USED"
 
 if ! check_so "$OUT/libvgpu.so" "$USED"; then
     die "release artifact checks failed"
+fi
+if ! check_bin "$OUT/vgpu-smi" "$USED"; then
+    die "vgpu-smi artifact checks failed"
 fi
 if [ "$USED" != "$FLOOR" ]; then
     loud "release artifact built for glibc $USED, NOT $FLOOR (see the fallback message above)"

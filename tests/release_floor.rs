@@ -235,3 +235,31 @@ fn release_floor_artifact_works_preloaded() {
         sh.dump()
     );
 }
+
+/// `vgpu-smi` ships beside the library (issue 11 §1): same glibc floor, only glibc's own
+/// libraries, no driver needed; it reads a region the floor library wrote.
+#[test]
+fn release_floor_vgpu_smi_beside_the_library() {
+    let Some((so, floor)) = artifact() else { return };
+    let smi = so.with_file_name("vgpu-smi");
+    assert!(smi.exists(), "{} missing: ci/release.sh ships vgpu-smi beside libvgpu.so", smi.display());
+    let t = tool("objdump", &[std::ffi::OsStr::new("-T"), smi.as_os_str()]);
+    let max = t
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .max_by_key(|v| version_key(v))
+        .unwrap_or("0")
+        .to_string();
+    assert!(version_key(&max) <= version_key(&floor), "vgpu-smi requires GLIBC_{max} > floor {floor}");
+    let d = tool("readelf", &[std::ffi::OsStr::new("-d"), smi.as_os_str()]);
+    for l in d.lines().filter(|l| l.contains("(NEEDED)")) {
+        let n = l.split('[').nth(1).unwrap_or("").trim_end_matches(']');
+        assert!(ALLOWED_NEEDED.contains(&n), "vgpu-smi NEEDED {n} is not allowed");
+    }
+    let sb = Sandbox::new("floor-smi");
+    sb.run(limit_client()).env("LD_PRELOAD", &so).env("CUDA_DEVICE_MEMORY_LIMIT", "512m").args(["alloc:10"]).go().ok();
+    let o = sb.run(&smi).arg("--json").ld_library_path(None).go();
+    o.ok();
+    assert!(o.stdout.contains("\"memory_limit_bytes\":536870912"), "{}", o.dump());
+}
