@@ -115,9 +115,7 @@ fn with_holder<R>(sb: &Sandbox, region: &Path, limit_mib: u64, hold_mib: u64, f:
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(ready.exists(), "holder did not get ready");
-        let pid_file = std::fs::read_to_string(&ready).ok();
-        let _ = pid_file;
-        // The pid is printed before the touch; read the region for it instead of the pipe.
+        // The holder is the container's only live process: its pid is in its slot.
         let r = Region::read(region).expect("region");
         let pid = r.live().last().map(|s| s.pid).expect("holder slot");
         let res = f(pid);
@@ -422,4 +420,48 @@ fn control_verbs() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("refused: no write access"), "{err}");
     assert_eq!(std::fs::read(&region).unwrap(), snapshot);
+}
+
+#[test]
+fn counters_move_with_throttling_and_the_monitor_block() {
+    let sb = Sandbox::new("smi-throttle");
+    let region = sb.region();
+    let counters = |sb: &Sandbox| {
+        let j = run_smi(sb, &["--json"]);
+        j.ok();
+        check_json(sb, &j.stdout);
+        let get = |k: &str| json_num(&j.stdout, "\"counters\":{\"allocation_refusals\"", k).unwrap_or_else(|| panic!("{k}: {}", j.stdout));
+        (get("throttled_ns"), get("throttled_launches"), get("blocked_ns"))
+    };
+    let limited = |steps: &[&str]| {
+        sb.run(limit_client())
+            .shim(true)
+            .env("CUDA_DEVICE_SM_LIMIT", "10")
+            .env("GPU_CORE_UTILIZATION_POLICY", "force")
+            .args(steps.iter().copied())
+            .timeout_secs(60)
+    };
+    limited(&["launch:300"]).go().ok();
+    let (t_ns, t_n, b0) = counters(&sb);
+    assert!(t_n > 0 && t_ns > 0, "300 launches at a 10% limit were never throttled: {t_ns} ns, {t_n} launches");
+    assert_eq!(b0, 0);
+
+    // The monitor's block (written by vgpu-smi block) holds launches until unblock; the time shows.
+    run_smi(&sb, &["block"]).ok();
+    let (_, out) = std::thread::scope(|s| {
+        let h = s.spawn(|| limited(&["launch:5"]).go());
+        // Wait until the client has attached (its slot is live), then keep it blocked ≥ 300 ms.
+        let t0 = std::time::Instant::now();
+        while Region::read(&region).unwrap().live().is_empty() && t0.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        run_smi(&sb, &["unblock"]).ok();
+        ((), h.join().unwrap())
+    });
+    out.ok();
+    assert_eq!(out.val("s0.launch"), "0", "{}", out.dump());
+    let (t_ns2, t_n2, b1) = counters(&sb);
+    assert!(b1 >= 100_000_000, "blocked time {b1} ns for a block of >= 300 ms");
+    assert!(t_ns2 >= t_ns && t_n2 >= t_n, "counters went backwards");
 }
