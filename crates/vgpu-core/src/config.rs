@@ -12,10 +12,14 @@
 //!    other per-container variables set by HAMi (`CUDA_TASK_PRIORITY`,
 //!    `GPU_CORE_UTILIZATION_POLICY`, `CUDA_OVERSUBSCRIBE`, `LIBCUDA_LOG_LEVEL`) also fall back to
 //!    pid 1's value when the process env lacks them.
-//! 3. Otherwise, if the default region path does not exist and `/usr/local/vgpu/` holds exactly one
-//!    `*.cache` file (name not containing `libvgpu.so`), that file is the region and its limits are
-//!    authoritative ([`ConfigOrigin::DiscoveredRegion`]; `memory_limit`/`sm_limit` stay "unlimited"
-//!    here and the caller reads the region's).
+//! 3. Otherwise, if discovery finds a region ([`crate::regionpath::discover`]: the directories of
+//!    `/etc/ld.so.preload`'s `libvgpu*` entries, then `/usr/local/vgpu/`, each holding exactly one
+//!    `*.cache` file, else one KAI `containers/<pod>_<ctr>/usage.cache`), that file is the region
+//!    and its limits are authoritative ([`ConfigOrigin::DiscoveredRegion`]; `memory_limit`/`sm_limit`
+//!    stay "unlimited" here and the caller reads the region's).
+//!
+//! The region path: `CUDA_DEVICE_MEMORY_SHARED_CACHE` from the origin, else the KAI location
+//! ([`crate::regionpath::kai_path`]), else the discovered file, else `/tmp/cudevshr.cache`.
 //! 4. Otherwise defaults: `/tmp/cudevshr.cache`, no limits ([`ConfigOrigin::Defaults`]).
 //!
 //! ## Malformed values
@@ -58,6 +62,10 @@ pub trait ConfigSources {
     fn exists(&self, path: &Path) -> bool;
     /// Names of the regular files in a directory, `None` if unreadable.
     fn list_dir(&self, path: &Path) -> Option<Vec<String>>;
+    /// Names of the subdirectories of a directory (regionpath.rs's KAI discovery); none by default.
+    fn list_subdirs(&self, _path: &Path) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The real machine.
@@ -83,6 +91,9 @@ impl ConfigSources for SystemSources {
             }
         }
         Some(out)
+    }
+    fn list_subdirs(&self, path: &Path) -> Option<Vec<String>> {
+        crate::regionpath::system_subdirs(path)
     }
 }
 
@@ -428,10 +439,10 @@ impl<'a> Builder<'a> {
             }
         }
 
-        let region_path = match (self.limit_var(ENV_SHARED_CACHE), discovered) {
-            (Some(p), _) => PathBuf::from(p),
-            (None, Some(p)) => p,
-            (None, None) => self.kai_region().unwrap_or_else(|| PathBuf::from(DEFAULT_REGION_PATH)),
+        // regionpath.rs's order: explicit, KAI, discovered, default.
+        let region_path = match self.limit_var(ENV_SHARED_CACHE) {
+            Some(p) => PathBuf::from(p),
+            None => self.kai_region().or(discovered).unwrap_or_else(|| PathBuf::from(DEFAULT_REGION_PATH)),
         };
 
         let task_priority = match self.contract(ENV_TASK_PRIORITY) {

@@ -90,7 +90,7 @@ fn single_cache(src: &dyn ConfigSources, dir: &Path) -> Option<PathBuf> {
 /// The single KAI region under `<dir>/containers/` (this pod's when the cgroup names it).
 fn single_kai(src: &dyn ConfigSources, dir: &Path, pod_uid: Option<&str>) -> Option<PathBuf> {
     let containers = dir.join("containers");
-    let subdirs = list_subdirs(src, &containers)?;
+    let subdirs = src.list_subdirs(&containers)?;
     let mut found: Vec<(String, PathBuf)> = subdirs
         .into_iter()
         .filter(|n| n.split_once('_').is_some_and(|(a, b)| !a.is_empty() && !b.is_empty()))
@@ -108,20 +108,15 @@ fn single_kai(src: &dyn ConfigSources, dir: &Path, pod_uid: Option<&str>) -> Opt
     (found.len() == 1).then(|| found.remove(0).1)
 }
 
-/// Subdirectory names of `dir`: entries that are not regular files (ConfigSources lists files only,
-/// so ask for `<entry>/.` existence instead of widening the trait).
-fn list_subdirs(src: &dyn ConfigSources, dir: &Path) -> Option<Vec<String>> {
-    let rd = std::fs::read_dir(dir).ok();
-    match rd {
-        Some(rd) => Some(
-            rd.flatten()
-                .filter(|e| std::fs::metadata(e.path()).map(|m| m.is_dir()).unwrap_or(false))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-        ),
-        // Test sources: no real directory; the fake lists its "directories" as files of the parent.
-        None => src.list_dir(dir),
-    }
+/// Subdirectory names of `dir` on the real machine (symlinks to directories count).
+pub fn system_subdirs(dir: &Path) -> Option<Vec<String>> {
+    let rd = std::fs::read_dir(dir).ok()?;
+    Some(
+        rd.flatten()
+            .filter(|e| std::fs::metadata(e.path()).map(|m| m.is_dir()).unwrap_or(false))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+    )
 }
 
 /// Step 3 of the order: the discovered region, if exactly one place answers.
@@ -184,6 +179,9 @@ mod tests {
             self.exists.contains(p) || self.files.contains_key(p) || self.dirs.contains_key(p)
         }
         fn list_dir(&self, p: &Path) -> Option<Vec<String>> {
+            self.dirs.get(p).cloned()
+        }
+        fn list_subdirs(&self, p: &Path) -> Option<Vec<String>> {
             self.dirs.get(p).cloned()
         }
     }

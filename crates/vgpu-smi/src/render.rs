@@ -404,3 +404,30 @@ pub fn prometheus(items: &[Item]) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+        assert_eq!(labels(&[("pod_uid", "x\"y"), ("container", "a\\b\nc")]), "{pod_uid=\"x\\\"y\",container=\"a\\\\b\\nc\"}");
+    }
+
+    #[test]
+    fn unusable_entries_in_every_format() {
+        let p = std::path::Path::new("/h/containers/p_c/x.cache");
+        let items = [Item { pod_uid: Some("p"), container: Some("c"), path: p, result: Err("foreign \"content\"") }];
+        let j = json("node", Some(std::path::Path::new("/h")), &items);
+        assert_eq!(
+            j,
+            "{\"schema\":\"vgpu-smi\",\"version\":1,\"mode\":\"node\",\"root\":\"/h\",\"regions\":[{\"pod_uid\":\"p\",\"container\":\"c\",\"path\":\"/h/containers/p_c/x.cache\",\"error\":\"foreign \\\"content\\\"\"}]}\n"
+        );
+        let m = prometheus(&items);
+        assert!(m.starts_with("# HELP vgpu_region_unusable "), "{m}");
+        assert!(m.contains("vgpu_region_unusable{pod_uid=\"p\",container=\"c\",path=\"/h/containers/p_c/x.cache\",reason=\"foreign \\\"content\\\"\"} 1"), "{m}");
+        let t = table(&items);
+        assert!(t.contains("pod p  container c") && t.contains("UNUSABLE: foreign"), "{t}");
+    }
+}
