@@ -105,8 +105,25 @@ fn is_verb(s: &str) -> bool {
 fn container_region(a: &Args) -> PathBuf {
     match &a.region {
         Some(p) => p.clone(),
-        None => vgpu_core::config::Config::from_system().region_path,
+        None => {
+            apply_override_env();
+            vgpu_core::config::Config::from_system().region_path
+        }
     }
+}
+
+/// `/overrideEnv` (hami-contract.md §1.5), applied before the configuration as the library does.
+fn apply_override_env() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (k, v) in vgpu_core::config::read_override_env(&vgpu_core::config::SystemSources) {
+            if !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0') {
+                // SAFETY: called before any thread of ours exists (the CLI is single-threaded).
+                unsafe { std::env::set_var(k, v) };
+            }
+        }
+    });
 }
 
 /// `<pod>_<ctr>` from the environment, else from a `…/containers/<pod>_<ctr>/…` region path.
