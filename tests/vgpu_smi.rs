@@ -301,6 +301,33 @@ fn node_view_over_container_dirs() {
         assert_eq!(prom_get(&s, "vgpu_memory_limit_bytes", "pod_uid=\"pod-b\",container=\"side\""), Some((2u64 << 30) as f64));
         assert_eq!(s.iter().filter(|x| x.0 == "vgpu_region_unusable").count(), 6, "{}", p.stdout);
     });
+
+    // A region another user cannot read (mode 0600, root's): listed with the reason, not a crash.
+    if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() {
+        let secret = c.join("pod-g_secret");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::copy(&b_region, secret.join("s.cache")).unwrap();
+        std::fs::set_permissions(secret.join("s.cache"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut d = Some(root.as_path());
+        while let Some(x) = d {
+            if x.starts_with(&artifacts().tmp_root) {
+                std::fs::set_permissions(x, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            d = x.parent();
+        }
+        let o = Command::new("setpriv")
+            .args(["--reuid", "1000", "--regid", "1000", "--clear-groups"])
+            .arg(smi())
+            .args(["--node", root.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        let i = out.find("pod-g_secret/s.cache").unwrap_or_else(|| panic!("{out}"));
+        let entry = &out[i..i + out[i..].find('}').unwrap()];
+        assert!(entry.contains("cannot open") && entry.contains("ermission denied"), "{entry}");
+        assert!(out.contains("\"pod_uid\":\"pod-b\"") && out.contains("\"memory_limit_bytes\":2147483648"), "the others still shown: {out}");
+    }
 }
 
 #[test]
