@@ -114,7 +114,10 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
             }
             let region: &'static Region = region.leak();
             let has_slot = match slots::attach(region, pid) {
-                Ok(_) => true,
+                Ok(info) => {
+                    vgpu_core::counters::record_sweep(region.ext(), info.removed);
+                    true
+                }
                 Err(e) => {
                     crate::error!("no process slot in {}: {e}; this process's usage is counted locally and still limited", config.region_path.display());
                     false

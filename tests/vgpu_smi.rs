@@ -492,3 +492,29 @@ fn counters_move_with_throttling_and_the_monitor_block() {
     assert!(b1 >= 100_000_000, "blocked time {b1} ns for a block of >= 300 ms");
     assert!(t_ns2 >= t_ns && t_n2 >= t_n, "counters went backwards");
 }
+
+/// The library's own sweeps (at attach and before a refusal) are counted too.
+#[test]
+fn library_sweeps_are_counted() {
+    let sb = Sandbox::new("smi-libsweep");
+    let ready = sb.dir.join("k.ready");
+    let mut child = Command::new(limit_client())
+        .args(["alloc:100".to_string(), format!("touch:{}", ready.display()), "sleep:60000".into()])
+        .env("LD_PRELOAD", &artifacts().shim)
+        .env("LD_LIBRARY_PATH", &artifacts().simlib)
+        .env("VGPU_SIM_STATE", sb.state())
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", sb.region())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_file(&ready, 30);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let j = run_smi(&sb, &["--json"]);
+    assert!(j.stdout.contains("\"counters\":{\"swept_slots\":0,\"sweeps\":0}"), "{}", j.stdout);
+    assert!(j.stdout.contains("\"status_text\":\"exited\""), "the dead holder shows as exited: {}", j.stdout);
+    sb.run(limit_client()).shim(true).args(["alloc:1"]).go().ok();
+    let j = run_smi(&sb, &["--json"]);
+    check_json(&sb, &j.stdout);
+    assert!(j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"), "{}", j.stdout);
+}
