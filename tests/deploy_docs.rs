@@ -71,7 +71,10 @@ fn dockerfile_docs_release_and_injection_agree() {
     // The base image and the version the library name carries.
     let version = arg_default(&df, "HAMI_VERSION");
     assert_eq!(version, "v2.10.0");
-    assert!(df.lines().any(|l| l.trim() == "FROM projecthami/hami:${HAMI_VERSION}"), "{df}");
+    assert!(
+        df.lines().any(|l| l.trim() == "FROM projecthami/hami:${HAMI_VERSION}"),
+        "{df}"
+    );
     assert!(doc.contains(&format!("projecthami/hami:{version}")));
 
     // The library replaces the exact file name of the image (and the build checks it exists first).
@@ -79,15 +82,30 @@ fn dockerfile_docs_release_and_injection_agree() {
     let cp = copies(&df, &version);
     assert_eq!(
         cp,
-        vec![("libvgpu.so".to_string(), lib.clone()), ("vgpu-smi".to_string(), "/k8s-vgpu/lib/nvidia/vgpu-smi".to_string())]
+        vec![
+            ("libvgpu.so".to_string(), lib.clone()),
+            ("vgpu-smi".to_string(), "/k8s-vgpu/lib/nvidia/vgpu-smi".to_string())
+        ]
     );
-    assert!(df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"), "{df}");
-    assert!(doc.contains(&format!("`{lib}`")) || doc.contains(&format!("**`{lib}`**")), "docs name {lib}");
+    assert!(
+        df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"),
+        "{df}"
+    );
+    assert!(
+        doc.contains(&format!("`{lib}`")) || doc.contains(&format!("**`{lib}`**")),
+        "docs name {lib}"
+    );
 
     // The COPY sources are the release script's artifacts.
     for (src, _) in &cp {
-        assert!(release.contains(&format!("$OUT/{src}\"")), "ci/release.sh does not produce {src}");
-        assert!(doc.contains(&format!("target/release-floor/{src}")), "docs do not copy target/release-floor/{src}");
+        assert!(
+            release.contains(&format!("$OUT/{src}\"")),
+            "ci/release.sh does not produce {src}"
+        );
+        assert!(
+            doc.contains(&format!("target/release-floor/{src}")),
+            "docs do not copy target/release-floor/{src}"
+        );
     }
 
     // Host and container paths: the ones the injection test reproduces.
@@ -101,11 +119,25 @@ fn dockerfile_docs_release_and_injection_agree() {
     ] {
         assert!(doc.contains(p), "docs/deploy.md lacks {p}");
     }
-    assert!(injection.contains("host/usr/local/vgpu") && injection.contains("\"containers\""), "injection test layout changed");
-    assert!(injection.contains("format!(\"{POD_UID}_{CTR}\")"), "per-container dir name <pod>_<ctr> in injection.rs");
+    assert!(
+        injection.contains("host/usr/local/vgpu") && injection.contains("\"containers\""),
+        "injection test layout changed"
+    );
+    assert!(
+        injection.contains("format!(\"{POD_UID}_{CTR}\")"),
+        "per-container dir name <pod>_<ctr> in injection.rs"
+    );
     assert!(injection.contains("format!(\"/usr/local/vgpu/{CACHE_UUID}.cache\")"));
-    assert!(injection.contains("\"/usr/local/vgpu/libvgpu.so\\n\""), "ld.so.preload content in injection.rs");
-    for m in ["mount --bind \"$INJ_POD_DIR\" /usr/local/vgpu", "/usr/local/vgpu/libvgpu.so", "/tmp/vgpulock", "/etc/ld.so.preload"] {
+    assert!(
+        injection.contains("\"/usr/local/vgpu/libvgpu.so\\n\""),
+        "ld.so.preload content in injection.rs"
+    );
+    for m in [
+        "mount --bind \"$INJ_POD_DIR\" /usr/local/vgpu",
+        "/usr/local/vgpu/libvgpu.so",
+        "/tmp/vgpulock",
+        "/etc/ld.so.preload",
+    ] {
         assert!(injection_sh.contains(m), "injection.sh lacks {m}");
     }
 
@@ -118,7 +150,10 @@ fn dockerfile_docs_release_and_injection_agree() {
     let tag = yaml_get(&values, "devicePlugin.image.tag").expect("devicePlugin.image.tag");
     assert!(tag.starts_with(&version), "{tag}");
     assert!(doc.contains(&tag), "docs build the tag {tag}");
-    assert_eq!(yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(), Some(version.as_str()));
+    assert_eq!(
+        yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(),
+        Some(version.as_str())
+    );
 }
 
 #[test]
@@ -127,10 +162,19 @@ fn kai_paths_agree() {
     let readme = read("README.md");
     let kai = read("tests/py/kai.sh");
     use vgpu_core::regionpath::{ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT, KAI_FILE};
-    let form = format!("${{{ENV_VGPU_MOUNT}:-/usr/local/vgpu}}/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}");
+    let form =
+        format!("${{{ENV_VGPU_MOUNT}:-/usr/local/vgpu}}/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}");
     assert!(doc.contains(&form), "docs/deploy.md lacks {form}");
-    assert!(readme.contains(&format!("`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`")), "README");
-    assert!(kai.contains("POD_UID=pod-1 CONTAINER_NAME=root-ctr") && kai.contains("mount --bind \"$KAI_HOST\" /usr/local/vgpu"));
+    assert!(
+        readme.contains(&format!(
+            "`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`"
+        )),
+        "README"
+    );
+    assert!(
+        kai.contains("POD_UID=pod-1 CONTAINER_NAME=root-ctr")
+            && kai.contains("mount --bind \"$KAI_HOST\" /usr/local/vgpu")
+    );
     let p = vgpu_core::regionpath::kai_path(&AlwaysExists, None, "pod-1", "root-ctr").unwrap();
     assert_eq!(p, Path::new("/usr/local/vgpu/containers/pod-1_root-ctr/usage.cache"));
 }

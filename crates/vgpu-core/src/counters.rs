@@ -17,7 +17,7 @@
 //! | 58 + 4·d | reconciliation charges on device d (driver-held memory beyond what was counted) |
 //! | 59 + 4·d | bytes charged by reconciliation on device d |
 
-use crate::region::{RegionExt, EXT_OFFSET, MAX_DEVICES};
+use crate::region::{EXT_OFFSET, MAX_DEVICES, RegionExt};
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -141,7 +141,11 @@ pub fn read(ext: &RegionExt) -> Option<Counters> {
             }
         })
         .collect();
-    Some(Counters { swept_slots: get(HDR_SWEPT_SLOTS), sweeps: get(HDR_SWEEPS), devices })
+    Some(Counters {
+        swept_slots: get(HDR_SWEPT_SLOTS),
+        sweeps: get(HDR_SWEEPS),
+        devices,
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vgpu_core::region::{SharedRegion, MAX_DEVICES, V1_REGION_SIZE};
+use vgpu_core::region::{MAX_DEVICES, SharedRegion, V1_REGION_SIZE};
 
 /// A failed control action: message and exit status (1 bad input, 2 refused / unusable).
 pub struct Failure(pub String, pub i32);
@@ -15,7 +15,9 @@ pub struct Failure(pub String, pub i32);
 fn refused(path: &Path, e: std::io::Error) -> Failure {
     let hint = match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => "; run as the file's owner or root",
-        Some(libc::EROFS) => "; the file system is read-only here (inside a container the region is writable, on the node use the host path)",
+        Some(libc::EROFS) => {
+            "; the file system is read-only here (inside a container the region is writable, on the node use the host path)"
+        }
         _ => "",
     };
     Failure(format!("refused: no write access to {}: {e}{hint}", path.display()), 2)
@@ -37,7 +39,14 @@ impl Rw {
         }
         // SAFETY: fd is open; the file is at least V1_REGION_SIZE bytes (checked by read()).
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), V1_REGION_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                V1_REGION_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         let err = std::io::Error::last_os_error();
         // SAFETY: our descriptor; the mapping keeps the file referenced.
@@ -82,7 +91,10 @@ pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Res
     if let LimitChange::SmCeiling(p) = change {
         // TODO(lead, with the burst helper's CUDA_DEVICE_SM_CEILING): write the ceiling word of the
         // extension once it exists; until then refuse instead of writing an unknown word.
-        return Err(Failure(format!("--sm-ceiling {p}: this region layout has no SM ceiling word yet; nothing written"), 2));
+        return Err(Failure(
+            format!("--sm-ceiling {p}: this region layout has no SM ceiling word yet; nothing written"),
+            2,
+        ));
     }
     let rw = Rw::open(path)?;
     let r = rw.region();
@@ -104,7 +116,9 @@ pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Res
 pub fn block(path: &Path) -> Result<String, Failure> {
     let rw = Rw::open(path)?;
     let old = rw.region().recent_kernel.swap(-1, Ordering::AcqRel);
-    Ok(format!("recent_kernel {old} -> -1: launches blocked (the monitor may lift it at its next 5 s tick)\n"))
+    Ok(format!(
+        "recent_kernel {old} -> -1: launches blocked (the monitor may lift it at its next 5 s tick)\n"
+    ))
 }
 
 /// `unblock`: a negative `recent_kernel` becomes 0, as the monitor does when contention ends.
@@ -126,7 +140,9 @@ pub fn unblock(path: &Path) -> Result<String, Failure> {
 pub fn sweep(path: &Path) -> Result<String, Failure> {
     use vgpu_core::regionfile::{Region, RegionError, RegionInit};
     snapshot::read(path, PidView::Container).map_err(|u| Failure(format!("{}: {}", path.display(), u.0), 2))?;
-    let before = snapshot::read(path, PidView::Container).ok().map(|s| s.last_kernel_time);
+    let before = snapshot::read(path, PidView::Container)
+        .ok()
+        .map(|s| s.last_kernel_time);
     let region = match Region::open(path, &RegionInit::default()) {
         Ok((r, _)) => r,
         Err(RegionError::Open { source, .. }) => return Err(refused(path, source)),
@@ -135,7 +151,10 @@ pub fn sweep(path: &Path) -> Result<String, Failure> {
     // Region::open stamps last_kernel_time for a new attacher; we are not one: put it back.
     if let Some(t) = before {
         let now = region.shared().last_kernel_time.load(Ordering::Relaxed);
-        let _ = region.shared().last_kernel_time.compare_exchange(now, t, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = region
+            .shared()
+            .last_kernel_time
+            .compare_exchange(now, t, Ordering::Relaxed, Ordering::Relaxed);
     }
     let me = std::process::id() as i32;
     // The one call to adapt when the slots module changes how dead slots are freed.

@@ -79,12 +79,19 @@ pub fn table(items: &[Item]) -> String {
             s.version.1,
             if s.extension { "" } else { " (no libvgpu extension)" },
             s.priority,
-            if s.blocked() { "BLOCKING launches" } else { "not blocking" },
+            if s.blocked() {
+                "BLOCKING launches"
+            } else {
+                "not blocking"
+            },
             s.utilization_switch
         );
         device_table(&mut o, s);
         process_table(&mut o, s);
-        let sweeps = s.counters.as_ref().map(|c| format!("{} slot(s) in {} sweep(s)", c.swept_slots, c.sweeps));
+        let sweeps = s
+            .counters
+            .as_ref()
+            .map(|c| format!("{} slot(s) in {} sweep(s)", c.swept_slots, c.sweeps));
         let _ = writeln!(o, "  dead-slot sweeps: {}", dash(sweeps));
     }
     o
@@ -92,8 +99,20 @@ pub fn table(items: &[Item]) -> String {
 
 fn device_table(o: &mut String, s: &Snapshot) {
     let head = [
-        "Dev", "UUID", "Limit", "Used", "Ctx", "Module", "Data", "Free", "SM lim", "Ceiling", "SM share", "Throttled",
-        "Blocked", "Refused",
+        "Dev",
+        "UUID",
+        "Limit",
+        "Used",
+        "Ctx",
+        "Module",
+        "Data",
+        "Free",
+        "SM lim",
+        "Ceiling",
+        "SM share",
+        "Throttled",
+        "Blocked",
+        "Refused",
     ];
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
     for d in &s.devices {
@@ -103,7 +122,13 @@ fn device_table(o: &mut String, s: &Snapshot) {
         let _ = writeln!(o, "  no devices recorded yet");
         return;
     }
-    align(o, &rows, &[false, false, true, true, true, true, true, true, true, true, true, true, true, true]);
+    align(
+        o,
+        &rows,
+        &[
+            false, false, true, true, true, true, true, true, true, true, true, true, true, true,
+        ],
+    );
 }
 
 fn device_row(d: &DeviceSnap) -> Vec<String> {
@@ -111,7 +136,11 @@ fn device_row(d: &DeviceSnap) -> Vec<String> {
     vec![
         d.index.to_string(),
         d.uuid.clone().unwrap_or_else(|| "-".into()),
-        if d.limit == 0 { "unlimited".into() } else { bytes(d.limit) },
+        if d.limit == 0 {
+            "unlimited".into()
+        } else {
+            bytes(d.limit)
+        },
         bytes(d.used),
         bytes(d.context),
         bytes(d.module),
@@ -131,12 +160,20 @@ fn process_table(o: &mut String, s: &Snapshot) {
         let _ = writeln!(o, "  no processes");
         return;
     }
-    let mut rows = vec![["Slot", "PID", "Host PID", "Memory", "SM util", "Status"].map(String::from).to_vec()];
+    let mut rows = vec![
+        ["Slot", "PID", "Host PID", "Memory", "SM util", "Status"]
+            .map(String::from)
+            .to_vec(),
+    ];
     for p in &s.procs {
         rows.push(vec![
             p.slot.to_string(),
             p.pid.to_string(),
-            if p.hostpid == 0 { "-".into() } else { p.hostpid.to_string() },
+            if p.hostpid == 0 {
+                "-".into()
+            } else {
+                p.hostpid.to_string()
+            },
             bytes(p.used_total()),
             format!("{}%", p.sm_total()),
             p.status_text().into(),
@@ -148,7 +185,9 @@ fn process_table(o: &mut String, s: &Snapshot) {
 /// Columns padded to their widest cell; `right[i]` right-aligns column i.
 fn align(o: &mut String, rows: &[Vec<String>], right: &[bool]) {
     let n = rows[0].len();
-    let w: Vec<usize> = (0..n).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let w: Vec<usize> = (0..n)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     for (ri, r) in rows.iter().enumerate() {
         let mut line = String::from("  ");
         for i in 0..n {
@@ -248,9 +287,10 @@ fn region_json(o: &mut String, s: &Snapshot) {
         s.last_kernel_time,
         s.proc_num,
         s.device_num,
-        s.counters
-            .as_ref()
-            .map_or_else(|| "null".into(), |c| format!("{{\"swept_slots\":{},\"sweeps\":{}}}", c.swept_slots, c.sweeps)),
+        s.counters.as_ref().map_or_else(
+            || "null".into(),
+            |c| format!("{{\"swept_slots\":{},\"sweeps\":{}}}", c.swept_slots, c.sweeps)
+        ),
     );
     for (i, d) in s.devices.iter().enumerate() {
         if i > 0 {
@@ -328,7 +368,10 @@ fn label_value(v: &str) -> String {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}=\"{}\"", label_value(v))).collect();
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", label_value(v)))
+        .collect();
     format!("{{{}}}", inner.join(","))
 }
 
@@ -338,7 +381,12 @@ pub fn prometheus(items: &[Item]) -> String {
         if let Some(f) = fams.iter_mut().find(|f| f.name == name) {
             f.samples.push((l, v));
         } else {
-            fams.push(Family { name, help, kind, samples: vec![(l, v)] });
+            fams.push(Family {
+                name,
+                help,
+                kind,
+                samples: vec![(l, v)],
+            });
         }
     };
     for it in items {
@@ -359,7 +407,13 @@ pub fn prometheus(items: &[Item]) -> String {
             Ok(s) => s,
         };
         let cl = labels(&[("pod_uid", pod), ("container", ctr)]);
-        put("vgpu_processes", "Live process slots of the container (k < proc_num, status != 0).", "gauge", cl.clone(), s.procs.len().to_string());
+        put(
+            "vgpu_processes",
+            "Live process slots of the container (k < proc_num, status != 0).",
+            "gauge",
+            cl.clone(),
+            s.procs.len().to_string(),
+        );
         put(
             "vgpu_blocked_by_monitor",
             "1 while the monitor blocks the container's launches (recent_kernel < 0).",
@@ -368,29 +422,124 @@ pub fn prometheus(items: &[Item]) -> String {
             (s.blocked() as u8).to_string(),
         );
         if let Some(c) = &s.counters {
-            put("vgpu_swept_slots_total", "Dead processes' slots freed by sweeps.", "counter", cl.clone(), c.swept_slots.to_string());
+            put(
+                "vgpu_swept_slots_total",
+                "Dead processes' slots freed by sweeps.",
+                "counter",
+                cl.clone(),
+                c.swept_slots.to_string(),
+            );
         }
         for d in &s.devices {
             let idx = d.index.to_string();
             let uuid = d.uuid.as_deref().unwrap_or("");
-            let dl = labels(&[("pod_uid", pod), ("container", ctr), ("device_uuid", uuid), ("vdevice_index", &idx)]);
-            put("vgpu_memory_limit_bytes", "Memory limit of the device slice (limit[i]; 0 = unlimited).", "gauge", dl.clone(), d.limit.to_string());
-            put("vgpu_memory_used_bytes", "Memory used by the container on the device (sum of used[i].total over live slots).", "gauge", dl.clone(), d.used.to_string());
-            put("vgpu_memory_context_bytes", "Context memory of the container on the device.", "gauge", dl.clone(), d.context.to_string());
-            put("vgpu_memory_module_bytes", "Module memory of the container on the device.", "gauge", dl.clone(), d.module.to_string());
-            put("vgpu_memory_data_bytes", "Data (buffer) memory of the container on the device.", "gauge", dl.clone(), d.data.to_string());
-            put("vgpu_sm_limit_percent", "SM limit of the device slice in percent (100 = unlimited).", "gauge", dl.clone(), d.sm_limit.to_string());
+            let dl = labels(&[
+                ("pod_uid", pod),
+                ("container", ctr),
+                ("device_uuid", uuid),
+                ("vdevice_index", &idx),
+            ]);
+            put(
+                "vgpu_memory_limit_bytes",
+                "Memory limit of the device slice (limit[i]; 0 = unlimited).",
+                "gauge",
+                dl.clone(),
+                d.limit.to_string(),
+            );
+            put(
+                "vgpu_memory_used_bytes",
+                "Memory used by the container on the device (sum of used[i].total over live slots).",
+                "gauge",
+                dl.clone(),
+                d.used.to_string(),
+            );
+            put(
+                "vgpu_memory_context_bytes",
+                "Context memory of the container on the device.",
+                "gauge",
+                dl.clone(),
+                d.context.to_string(),
+            );
+            put(
+                "vgpu_memory_module_bytes",
+                "Module memory of the container on the device.",
+                "gauge",
+                dl.clone(),
+                d.module.to_string(),
+            );
+            put(
+                "vgpu_memory_data_bytes",
+                "Data (buffer) memory of the container on the device.",
+                "gauge",
+                dl.clone(),
+                d.data.to_string(),
+            );
+            put(
+                "vgpu_sm_limit_percent",
+                "SM limit of the device slice in percent (100 = unlimited).",
+                "gauge",
+                dl.clone(),
+                d.sm_limit.to_string(),
+            );
             if let Some(p) = d.share_ppm {
-                put("vgpu_sm_share_ratio", "Container's measured share of the device's SMs over the last seconds (0..1).", "gauge", dl.clone(), format!("{:.6}", p as f64 / 1e6));
+                put(
+                    "vgpu_sm_share_ratio",
+                    "Container's measured share of the device's SMs over the last seconds (0..1).",
+                    "gauge",
+                    dl.clone(),
+                    format!("{:.6}", p as f64 / 1e6),
+                );
             }
             if let Some(c) = d.counters {
-                put("vgpu_allocation_refusals_total", "Allocations refused by the memory limit.", "counter", dl.clone(), c.refusals.to_string());
-                put("vgpu_allocation_refused_bytes_total", "Bytes of refused allocations.", "counter", dl.clone(), c.refused_bytes.to_string());
-                put("vgpu_throttled_seconds_total", "Wall time launches waited for the SM limit.", "counter", dl.clone(), format!("{:.9}", c.throttled_ns as f64 / 1e9));
-                put("vgpu_throttled_launches_total", "Launches that waited for the SM limit.", "counter", dl.clone(), c.throttled_launches.to_string());
-                put("vgpu_blocked_seconds_total", "Wall time launches waited while the monitor blocked the container.", "counter", dl.clone(), format!("{:.9}", c.blocked_ns as f64 / 1e9));
-                put("vgpu_reconcile_charges_total", "Charges of driver-held memory beyond what was counted (contexts).", "counter", dl.clone(), c.reconciles.to_string());
-                put("vgpu_reconcile_charged_bytes_total", "Bytes charged by reconciliation.", "counter", dl, c.reconciled_bytes.to_string());
+                put(
+                    "vgpu_allocation_refusals_total",
+                    "Allocations refused by the memory limit.",
+                    "counter",
+                    dl.clone(),
+                    c.refusals.to_string(),
+                );
+                put(
+                    "vgpu_allocation_refused_bytes_total",
+                    "Bytes of refused allocations.",
+                    "counter",
+                    dl.clone(),
+                    c.refused_bytes.to_string(),
+                );
+                put(
+                    "vgpu_throttled_seconds_total",
+                    "Wall time launches waited for the SM limit.",
+                    "counter",
+                    dl.clone(),
+                    format!("{:.9}", c.throttled_ns as f64 / 1e9),
+                );
+                put(
+                    "vgpu_throttled_launches_total",
+                    "Launches that waited for the SM limit.",
+                    "counter",
+                    dl.clone(),
+                    c.throttled_launches.to_string(),
+                );
+                put(
+                    "vgpu_blocked_seconds_total",
+                    "Wall time launches waited while the monitor blocked the container.",
+                    "counter",
+                    dl.clone(),
+                    format!("{:.9}", c.blocked_ns as f64 / 1e9),
+                );
+                put(
+                    "vgpu_reconcile_charges_total",
+                    "Charges of driver-held memory beyond what was counted (contexts).",
+                    "counter",
+                    dl.clone(),
+                    c.reconciles.to_string(),
+                );
+                put(
+                    "vgpu_reconcile_charged_bytes_total",
+                    "Bytes charged by reconciliation.",
+                    "counter",
+                    dl,
+                    c.reconciled_bytes.to_string(),
+                );
             }
         }
     }
@@ -412,13 +561,21 @@ mod tests {
     #[test]
     fn escaping() {
         assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
-        assert_eq!(labels(&[("pod_uid", "x\"y"), ("container", "a\\b\nc")]), "{pod_uid=\"x\\\"y\",container=\"a\\\\b\\nc\"}");
+        assert_eq!(
+            labels(&[("pod_uid", "x\"y"), ("container", "a\\b\nc")]),
+            "{pod_uid=\"x\\\"y\",container=\"a\\\\b\\nc\"}"
+        );
     }
 
     #[test]
     fn unusable_entries_in_every_format() {
         let p = std::path::Path::new("/h/containers/p_c/x.cache");
-        let items = [Item { pod_uid: Some("p"), container: Some("c"), path: p, result: Err("foreign \"content\"") }];
+        let items = [Item {
+            pod_uid: Some("p"),
+            container: Some("c"),
+            path: p,
+            result: Err("foreign \"content\""),
+        }];
         let j = json("node", Some(std::path::Path::new("/h")), &items);
         assert_eq!(
             j,
@@ -428,6 +585,9 @@ mod tests {
         assert!(m.starts_with("# HELP vgpu_region_unusable "), "{m}");
         assert!(m.contains("vgpu_region_unusable{pod_uid=\"p\",container=\"c\",path=\"/h/containers/p_c/x.cache\",reason=\"foreign \\\"content\\\"\"} 1"), "{m}");
         let t = table(&items);
-        assert!(t.contains("pod p  container c") && t.contains("UNUSABLE: foreign"), "{t}");
+        assert!(
+            t.contains("pod p  container c") && t.contains("UNUSABLE: foreign"),
+            "{t}"
+        );
     }
 }
