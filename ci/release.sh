@@ -14,7 +14,8 @@
 # target/zigtools (a Python venv with ziglang + cargo-zigbuild from PyPI; `cargo install
 # cargo-zigbuild --locked` if the wheel is unavailable).
 #
-# Output: target/release-floor/libvgpu.so, target/release-floor/FLOOR (the glibc floor actually
+# Output: target/release-floor/libvgpu.so, target/release-floor/vgpu-smi (the operator's CLI,
+# shipped beside the library, same floor), target/release-floor/FLOOR (the glibc floor actually
 # used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt,
 # target/release-floor/libvgpu-engine.so (a copy of the embedded engine, for inspection).
 #
@@ -105,6 +106,28 @@ check_so() {
     return "$bad"
 }
 
+# check_bin FILE FLOOR: an executable shipped beside the library (vgpu-smi): glibc floor and NEEDED.
+check_bin() {
+    local bin=$1 floor=$2 bad=0 max needed
+    [ -f "$bin" ] || die "no such file: $bin"
+    max=$(max_glibc "$bin")
+    if [ -n "$max" ] && ! version_le "$max" "$floor"; then
+        log "FAIL $(basename "$bin"): highest GLIBC_ version $max exceeds the floor $floor"
+        bad=1
+    else
+        log "ok   $(basename "$bin"): highest GLIBC_ version ${max:-none} (floor $floor)"
+    fi
+    needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    while read -r lib; do
+        [ -n "$lib" ] || continue
+        if ! [[ $lib =~ $ENGINE_ALLOWED_NEEDED ]]; then
+            log "FAIL $(basename "$bin") NEEDED has $lib (it must run without the driver and in bare images)"
+            bad=1
+        fi
+    done <<< "$needed"
+    return "$bad"
+}
+
 # check_artifact FILE FLOOR: the first stage (libc only, no TLS, no constructor) and the engine
 # it carries (same checks, its own NEEDED list, the same hooked names plus vgpu_engine_attach).
 check_artifact() {
@@ -175,6 +198,8 @@ build_floor() {
     log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu --features engine"
     # LD_PRELOAD must not leak into the compiler.
     env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu --features engine
+    log "cargo zigbuild --release --target $TRIPLE.$floor -p vgpu-smi"
+    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p vgpu-smi
 }
 
 USED=$FLOOR
@@ -197,12 +222,19 @@ env -u LD_PRELOAD ci/stage1/build.sh "$ENGINE" "$OUT/libvgpu.so.tmp" \
     "$TOOLS/venv/bin/python" -m ziglang cc -target "x86_64-linux-gnu.$USED" ||
     die "first stage build failed"
 mv -f "$OUT/libvgpu.so.tmp" "$OUT/libvgpu.so"
+SMI=$TARGET_DIR/$TRIPLE/release/vgpu-smi
+[ -f "$SMI" ] || die "build produced no $SMI"
+cp -f "$SMI" "$OUT/vgpu-smi.tmp"
+mv -f "$OUT/vgpu-smi.tmp" "$OUT/vgpu-smi"
 echo "$USED" > "$OUT/FLOOR"
 objdump -T "$OUT/libvgpu.so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u > "$OUT/exports.txt"
 log "artifact: $OUT/libvgpu.so ($(stat -c %s "$OUT/libvgpu.so") bytes), glibc floor $USED"
 
 if ! check_artifact "$OUT/libvgpu.so" "$USED"; then
     die "release artifact checks failed"
+fi
+if ! check_bin "$OUT/vgpu-smi" "$USED"; then
+    die "vgpu-smi artifact checks failed"
 fi
 if [ "$USED" != "$FLOOR" ]; then
     loud "release artifact built for glibc $USED, NOT $FLOOR (see the fallback message above)"

@@ -40,10 +40,12 @@ fn counted(
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
             crate::warn!("{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit", o.usage, o.limit);
+            vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         Err(e) => {
             crate::error!("{what}: {e}");
+            vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     };
@@ -471,8 +473,12 @@ pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
     if bytes > 0 {
         match st.ledger.reserve(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
-            Ok(res) => res.commit(),
+            Ok(res) => {
+                res.commit();
+                vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), dev, bytes);
+            }
             Err(ReserveError::OverLimit(o)) => {
+                vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
                 crate::warn!(
                     "context on device {dev} refused: it costs {bytes} bytes and the container uses {} of its {} limit",
                     o.usage,

@@ -106,8 +106,10 @@ fn build() -> State {
 }
 
 fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
+    let _ = vgpu_core::regionpath::ensure_kai_dir(&config.region_path);
     match Region::open(&config.region_path, &RegionInit::from_config(config)) {
         Ok((region, report)) => {
+            vgpu_core::counters::init(region.ext());
             for w in &report.warnings {
                 crate::warn!("{w}");
             }

@@ -428,3 +428,22 @@ fn release_artifact_maps_engine_without_proc() {
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "temporary engine copy left behind: {left:?}");
 }
+
+/// `vgpu-smi` ships beside the library: same glibc floor, only glibc's own
+/// libraries, no driver needed; it reads a region the floor library wrote.
+#[test]
+fn release_floor_vgpu_smi_beside_the_library() {
+    let Some((so, floor)) = artifact() else { return };
+    let smi = so.with_file_name("vgpu-smi");
+    assert!(smi.exists(), "{} missing: ci/release.sh ships vgpu-smi beside libvgpu.so", smi.display());
+    let max = max_glibc_of(&smi);
+    assert!(version_key(&max) <= version_key(&floor), "vgpu-smi requires GLIBC_{max} > floor {floor}");
+    for n in needed_of(&smi) {
+        assert!(ALLOWED_NEEDED.contains(&n.as_str()), "vgpu-smi NEEDED {n} is not allowed");
+    }
+    let sb = Sandbox::new("floor-smi");
+    sb.run(limit_client()).env("LD_PRELOAD", &so).env("CUDA_DEVICE_MEMORY_LIMIT", "512m").args(["alloc:10"]).go().ok();
+    let o = sb.run(&smi).arg("--json").ld_library_path(None).go();
+    o.ok();
+    assert!(o.stdout.contains("\"memory_limit_bytes\":536870912"), "{}", o.dump());
+}

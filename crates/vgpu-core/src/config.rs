@@ -12,10 +12,14 @@
 //!    other per-container variables set by HAMi (`CUDA_TASK_PRIORITY`,
 //!    `GPU_CORE_UTILIZATION_POLICY`, `CUDA_OVERSUBSCRIBE`, `LIBCUDA_LOG_LEVEL`) also fall back to
 //!    pid 1's value when the process env lacks them.
-//! 3. Otherwise, if the default region path does not exist and `/usr/local/vgpu/` holds exactly one
-//!    `*.cache` file (name not containing `libvgpu.so`), that file is the region and its limits are
-//!    authoritative ([`ConfigOrigin::DiscoveredRegion`]; `memory_limit`/`sm_limit` stay "unlimited"
-//!    here and the caller reads the region's).
+//! 3. Otherwise, if discovery finds a region ([`crate::regionpath::discover`]: the directories of
+//!    `/etc/ld.so.preload`'s `libvgpu*` entries, then `/usr/local/vgpu/`, each holding exactly one
+//!    `*.cache` file, else one KAI `containers/<pod>_<ctr>/usage.cache`), that file is the region
+//!    and its limits are authoritative ([`ConfigOrigin::DiscoveredRegion`]; `memory_limit`/`sm_limit`
+//!    stay "unlimited" here and the caller reads the region's).
+//!
+//! The region path: `CUDA_DEVICE_MEMORY_SHARED_CACHE` from the origin, else the KAI location
+//! ([`crate::regionpath::kai_path`]), else the discovered file, else `/tmp/cudevshr.cache`.
 //! 4. Otherwise defaults: `/tmp/cudevshr.cache`, no limits ([`ConfigOrigin::Defaults`]).
 //!
 //! ## Malformed values
@@ -58,6 +62,10 @@ pub trait ConfigSources {
     fn exists(&self, path: &Path) -> bool;
     /// Names of the regular files in a directory, `None` if unreadable.
     fn list_dir(&self, path: &Path) -> Option<Vec<String>>;
+    /// Names of the subdirectories of a directory (regionpath.rs's KAI discovery); none by default.
+    fn list_subdirs(&self, _path: &Path) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The real machine.
@@ -83,6 +91,9 @@ impl ConfigSources for SystemSources {
             }
         }
         Some(out)
+    }
+    fn list_subdirs(&self, path: &Path) -> Option<Vec<String>> {
+        crate::regionpath::system_subdirs(path)
     }
 }
 
@@ -312,6 +323,14 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The KAI Scheduler's region location (regionpath.rs step 2), from the origin's sources.
+    fn kai_region(&mut self) -> Option<PathBuf> {
+        use crate::regionpath::{kai_path, ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT};
+        let (pod, ctr) = (self.contract(ENV_POD_UID)?, self.contract(ENV_CONTAINER_NAME)?);
+        let mount = self.contract(ENV_VGPU_MOUNT);
+        kai_path(self.src, mount.as_deref(), &pod, &ctr)
+    }
+
     fn warn(&mut self, variable: &str, value: &str, action: String) {
         self.warnings.push(ConfigWarning { variable: variable.to_owned(), value: value.to_owned(), action });
     }
@@ -328,15 +347,9 @@ impl<'a> Builder<'a> {
             self.origin = ConfigOrigin::Pid1Environ;
             return None;
         }
-        if !self.src.exists(Path::new(DEFAULT_REGION_PATH))
-            && let Some(names) = self.src.list_dir(Path::new(HOOK_DIR))
-        {
-            let caches: Vec<&String> =
-                names.iter().filter(|n| n.ends_with(".cache") && !n.contains("libvgpu.so")).collect();
-            if caches.len() == 1 {
-                self.origin = ConfigOrigin::DiscoveredRegion;
-                return Some(Path::new(HOOK_DIR).join(caches[0]));
-            }
+        if let Some(p) = crate::regionpath::discover(self.src) {
+            self.origin = ConfigOrigin::DiscoveredRegion;
+            return Some(p);
         }
         self.origin = ConfigOrigin::Defaults;
         None
@@ -440,10 +453,10 @@ impl<'a> Builder<'a> {
             }
         }
 
-        let region_path = match (self.limit_var(ENV_SHARED_CACHE), discovered) {
-            (Some(p), _) => PathBuf::from(p),
-            (None, Some(p)) => p,
-            (None, None) => PathBuf::from(DEFAULT_REGION_PATH),
+        // regionpath.rs's order: explicit, KAI, discovered, default.
+        let region_path = match self.limit_var(ENV_SHARED_CACHE) {
+            Some(p) => PathBuf::from(p),
+            None => self.kai_region().or(discovered).unwrap_or_else(|| PathBuf::from(DEFAULT_REGION_PATH)),
         };
 
         let task_priority = match self.contract(ENV_TASK_PRIORITY) {

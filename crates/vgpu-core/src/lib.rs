@@ -5,11 +5,13 @@
 pub mod arrays;
 pub mod config;
 pub mod devices;
+pub mod counters;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;
 pub mod lock;
 pub mod region;
+pub mod regionpath;
 pub mod regionfile;
 pub mod slots;
 pub mod views;

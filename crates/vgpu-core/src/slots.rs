@@ -272,6 +272,7 @@ pub fn sweep_locked(g: &RegionGuard<'_>, self_pid: i32, is_dead: Liveness<'_>) -
     if let Some(ext) = g.region().ext() {
         freed += sweep_overflow(&ext.overflow, self_pid, is_dead);
     }
+    crate::counters::record_sweep(g.region().ext(), freed);
     freed
 }
 
