@@ -3,9 +3,11 @@
 //! accounting and the virtual memory view. Everything here is unit-tested with `cargo test -p vgpu-core`.
 
 pub mod config;
+pub mod hostpid;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;
+pub mod reconcile;
 pub mod lock;
 pub mod region;
 pub mod regionfile;
