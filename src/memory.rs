@@ -37,7 +37,11 @@ fn counted(
 ) -> CUresult {
     reclaim_dead_slots(st);
     let limit = st.memory_limit(dev);
-    let reservation = match st.ledger.reserve(dev, bytes, kind, limit) {
+    let mut reserved = st.ledger.reserve(dev, bytes, kind, limit);
+    if matches!(reserved, Err(ReserveError::OverLimit(_))) && crate::truth::before_refusal(dev) {
+        reserved = st.ledger.reserve(dev, bytes, kind, limit); // driver-held bytes went back
+    }
+    let reservation = match reserved {
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
             crate::warn!("{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit", o.usage, o.limit);

@@ -807,6 +807,44 @@ abi_table! {
     value  nvml nvmlMemory_v2 = 0x2000028;
 
     // ---- cuda: functions (prototype in include/, NVIDIA declaration, PFN_ typedef) ----
+    // ---- cuda: driver-held memory ----
+    ctype  cuda CUjit_option = "enum CUjit_option_enum";
+    ctype  cuda CUlibraryOption = "enum CUlibraryOption_enum";
+    ctype  cuda CUlimit = "enum CUlimit_enum";
+    ctype  cuda CUgraphMem_attribute = "enum CUgraphMem_attribute_enum";
+    ctype  cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1 = "struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st";
+    ctype  cuda CUDA_MEM_ALLOC_NODE_PARAMS = "CUDA_MEM_ALLOC_NODE_PARAMS_v1";
+    value  cuda CU_JIT_MAX_REGISTERS = 0;
+    value  cuda CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0;
+    value  cuda CU_LIMIT_STACK_SIZE = 0;
+    value  cuda CU_LIMIT_PRINTF_FIFO_SIZE = 1;
+    value  cuda CU_LIMIT_MALLOC_HEAP_SIZE = 2;
+    value  cuda CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0;
+    value  cuda CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1;
+    value  cuda CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2;
+    value  cuda CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3;
+    size   cuda CUlimit = 4;
+    size   cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1 = 120;
+    align  cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1 = 8;
+    size   cuda CUDA_MEM_ALLOC_NODE_PARAMS = 120;
+    offset cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1.poolProps = 0;
+    offset cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1.accessDescs = 88;
+    offset cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1.accessDescCount = 96;
+    offset cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1.bytesize = 104;
+    offset cuda CUDA_MEM_ALLOC_NODE_PARAMS_v1.dptr = 112;
+    func   cuda cuModuleLoad = PFN_cuModuleLoad;
+    func   cuda cuModuleLoadData = PFN_cuModuleLoadData;
+    func   cuda cuModuleLoadDataEx = PFN_cuModuleLoadDataEx;
+    func   cuda cuModuleLoadFatBinary = PFN_cuModuleLoadFatBinary;
+    func   cuda cuModuleUnload = PFN_cuModuleUnload;
+    func   cuda cuLibraryLoadData = PFN_cuLibraryLoadData;
+    func   cuda cuLibraryLoadFromFile = PFN_cuLibraryLoadFromFile;
+    func   cuda cuLibraryUnload = PFN_cuLibraryUnload;
+    func   cuda cuCtxSetLimit = PFN_cuCtxSetLimit;
+    func   cuda cuGraphAddMemAllocNode = PFN_cuGraphAddMemAllocNode;
+    func   cuda cuGraphExecDestroy = PFN_cuGraphExecDestroy;
+    func   cuda cuDeviceGraphMemTrim = PFN_cuDeviceGraphMemTrim;
+    func   cuda cuDeviceGetGraphMemAttribute = PFN_cuDeviceGetGraphMemAttribute;
     func   cuda cuInit = PFN_cuInit;
     func   cuda cuGetProcAddress = PFN_cuGetProcAddress;
     func   cuda cuGetProcAddress_v2 = PFN_cuGetProcAddress_v2;

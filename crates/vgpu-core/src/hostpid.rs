@@ -5,7 +5,7 @@
 //! What it always sees are its own allocations and frees: the ledger's count for this process. The
 //! watcher samples that count and NVML's per-process `usedGpuMemory` together; whenever our count
 //! moved between two samples, a candidate PID whose NVML figure did not move the same way (same
-//! sign, at least our change less one granule, at most our change plus a quarter or two granules)
+//! sign, at least our change less one granule, at most our change plus a quarter or one granule)
 //! gets a strike. The PID is ours when it is the only unclaimed listed PID without a strike and has
 //! matched at least [`MIN_HITS`] of our moves. PIDs claimed by other slots are never candidates, so
 //! two processes can never both claim one PID; if every candidate has a strike (a race between our
@@ -54,7 +54,7 @@ pub fn matches(d_own: i128, d_nv: i128) -> bool {
     }
     let (o, n) = (d_own.unsigned_abs(), d_nv.unsigned_abs());
     let g = GRANULE as u128;
-    n + g >= o && n <= o + (o / 4).max(2 * g)
+    n + g >= o && n <= o + (o / 4).max(g)
 }
 
 impl MemCorrelator {
@@ -130,6 +130,7 @@ mod tests {
         assert!(!matches(8 * m, -8 * m), "opposite move");
         assert!(!matches(8 * m, 16 * m), "twice our move");
         assert!(!matches(16 * m, 8 * m), "half our move");
+        assert!(!matches(4 * m, 8 * m), "small moves: one granule of rounding, not more");
         assert!(!matches(0, 8 * m), "we did not move");
     }
 
