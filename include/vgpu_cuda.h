@@ -917,7 +917,16 @@ typedef CUresult (CUDAAPI *PFN_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device);
 typedef CUresult (CUDAAPI *PFN_cuDeviceGraphMemTrim)(CUdevice device);
 
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+typedef CUresult (CUDAAPI *PFN_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
+typedef CUresult (CUDAAPI *PFN_cuMemPoolDestroy)(CUmemoryPool pool);
+
 /* ---- Called by libvgpu (resolved from the real driver) ---- */
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+typedef CUresult (CUDAAPI *PFN_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
+
 CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (CUDAAPI *PFN_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 

@@ -76,6 +76,8 @@ called! {
     LIBCUDA fn cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
     LIBCUDA fn cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
     LIBCUDA fn cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode_enum) -> CUresult;
+    LIBCUDA fn cuDeviceGetDefaultMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
+    LIBCUDA fn cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     LIBCUDA fn cuCtxGetLimit(*mut usize, CUlimit) -> CUresult;
     LIBCUDA fn cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;

@@ -332,3 +332,59 @@ pub unsafe fn device_graph_mem_trim(real: pfn::cuDeviceGraphMemTrim, dev: CUdevi
     }
     r
 }
+
+// ---- stream-ordered pools --------------------------------------------------------------------------
+
+/// Pools the application created (pool → CUDA ordinal): their unused reserve is explained memory.
+static POOLS: Mutex<Vec<(u64, CUdevice)>> = Mutex::new(Vec::new());
+
+pub unsafe fn mem_pool_create(real: pfn::cuMemPoolCreate, pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
+    let r = unsafe { real(pool, props) };
+    if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
+        let p = unsafe { &*props };
+        if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            POOLS.lock().push((unsafe { *pool } as u64, p.location.id));
+        }
+    }
+    r
+}
+
+pub unsafe fn mem_pool_destroy(real: pfn::cuMemPoolDestroy, pool: CUmemoryPool) -> CUresult {
+    let r = unsafe { real(pool) };
+    if r == CUDA_SUCCESS {
+        POOLS.lock().retain(|e| e.0 != pool as u64);
+    }
+    r
+}
+
+fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
+    let f = driver::cuMemPoolGetAttribute()?;
+    let mut v: u64 = 0;
+    (unsafe { f(pool, attr as _, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// Unused reserve (reserved − used) of the pools of region device `d`: the default and current
+/// pool of each CUDA ordinal mapped to `d`, and the pools the application created there.
+pub fn pool_slack(d: usize) -> u64 {
+    let st = state::get();
+    let ordinals: Vec<CUdevice> =
+        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    let mut pools: Vec<u64> = POOLS.lock().iter().filter(|e| ordinals.contains(&e.1)).map(|e| e.0).collect();
+    for &o in &ordinals {
+        for get in [driver::cuDeviceGetDefaultMemPool(), driver::cuDeviceGetMemPool()].into_iter().flatten() {
+            let mut p: CUmemoryPool = std::ptr::null_mut();
+            if unsafe { get(&mut p, o) } == CUDA_SUCCESS && !p.is_null() {
+                pools.push(p as u64);
+            }
+        }
+    }
+    pools.sort_unstable();
+    pools.dedup();
+    pools
+        .into_iter()
+        .filter_map(|p| {
+            let p = p as CUmemoryPool;
+            Some(pool_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?.saturating_sub(pool_attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?))
+        })
+        .sum()
+}

@@ -182,6 +182,8 @@ pub mod cuda {
         fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) => driver_costs::graph_instantiate;
         fn cuGraphExecDestroy(exec: CUgraphExec) => driver_costs::graph_exec_destroy;
         fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
+        fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
+        fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

@@ -94,8 +94,9 @@ fn host_pid(d: usize) -> Option<u32> {
     st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
 }
 
-/// One consistent (own before, NVML list, own after) reading of region device `d`.
-fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64), NoTruth> {
+/// One consistent (own before, NVML list, allowance, own after) reading of region device `d`: the
+/// allowance is read inside the window too, so a stable reading has all four from one moment.
+fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64, u64), NoTruth> {
     let st = state::get();
     if !dt.nvml_tried {
         dt.nvml_tried = true;
@@ -109,9 +110,10 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64), NoTr
     for _ in 0..3 {
         let before = st.ledger.own_usage(d);
         let procs = driver::nvml_processes(h).ok_or(NoTruth::Nvml)?;
+        let explained = allowance(d);
         let after = st.ledger.own_usage(d);
         let stable = before == after;
-        last = Some((before, procs, after));
+        last = Some((before, procs, explained, after));
         if stable {
             break;
         }
@@ -119,14 +121,23 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64), NoTr
     Ok(last.expect("loop ran"))
 }
 
+/// Driver-held bytes on region device `d` that the ledger explains without counting them: the
+/// rounding of every counted data allocation and the unused reserve of stream-ordered pools.
+/// (Walks the allocation tables: O(allocations), every 250 ms at most.)
+fn allowance(d: usize) -> u64 {
+    let st = state::get();
+    let round = |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
+    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(crate::driver_costs::pool_slack(d))
+}
+
 /// (truth, counted) of region device `d` now, if measurable.
 pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
     let hp = host_pid(d).ok_or(NoTruth::PidUnresolved)?;
     let dt = &mut t.devs[d];
-    let (before, procs, after) = read(dt, d)?;
+    let (before, procs, explained, after) = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
     dt.last_truth = Some(truth);
-    Ok(Reading { truth, counted_before: before, counted_after: after })
+    Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained })
 }
 
 fn note_no_truth(d: usize, why: NoTruth) {
@@ -165,9 +176,10 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
     if step != Step::Keep {
         STEPS.fetch_add(1, Ordering::Relaxed);
         crate::debug!(
-            "truth: device {d}: driver holds {} bytes, counted {} → reconciliation holds {} ({step:?})",
+            "truth: device {d}: driver holds {} bytes, counted {} (+{} explained) → reconciliation holds {} ({step:?})",
             r.truth,
             r.counted_after,
+            r.allowance,
             dt.held
         );
     }
@@ -179,7 +191,7 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
     let dt = &mut t.devs[d];
-    let Ok((before, procs, after)) = read(dt, d) else { return };
+    let Ok((before, procs, _, after)) = read(dt, d) else { return };
     let oth = compute::watcher::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };

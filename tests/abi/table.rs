@@ -845,6 +845,17 @@ abi_table! {
     func   cuda cuGraphExecDestroy = PFN_cuGraphExecDestroy;
     func   cuda cuDeviceGraphMemTrim = PFN_cuDeviceGraphMemTrim;
     func   cuda cuDeviceGetGraphMemAttribute = PFN_cuDeviceGetGraphMemAttribute;
+    func   cuda cuMemPoolCreate = PFN_cuMemPoolCreate;
+    func   cuda cuMemPoolDestroy = PFN_cuMemPoolDestroy;
+    func   cuda cuDeviceGetMemPool = PFN_cuDeviceGetMemPool;
+    size   cuda CUjit_option = 4;
+    align  cuda CUjit_option = 4;
+    size   cuda CUlibraryOption = 4;
+    align  cuda CUlibraryOption = 4;
+    align  cuda CUlimit = 4;
+    size   cuda CUgraphMem_attribute = 4;
+    align  cuda CUgraphMem_attribute = 4;
+    align  cuda CUDA_MEM_ALLOC_NODE_PARAMS = 8;
     func   cuda cuInit = PFN_cuInit;
     func   cuda cuGetProcAddress = PFN_cuGetProcAddress;
     func   cuda cuGetProcAddress_v2 = PFN_cuGetProcAddress_v2;

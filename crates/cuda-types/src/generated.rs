@@ -1615,6 +1615,14 @@ pub type PFN_cuGraphExecDestroy =
     ::core::option::Option<unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult>;
 pub type PFN_cuDeviceGraphMemTrim =
     ::core::option::Option<unsafe extern "C" fn(device: CUdevice) -> CUresult>;
+pub type PFN_cuMemPoolCreate = ::core::option::Option<
+    unsafe extern "C" fn(pool: *mut CUmemoryPool, poolProps: *const CUmemPoolProps) -> CUresult,
+>;
+pub type PFN_cuMemPoolDestroy =
+    ::core::option::Option<unsafe extern "C" fn(pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuDeviceGetMemPool = ::core::option::Option<
+    unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
+>;
 pub type PFN_cuDeviceGetGraphMemAttribute = ::core::option::Option<
     unsafe extern "C" fn(
         device: CUdevice,

@@ -11,9 +11,17 @@
 //! for this process (our reconciliation charge included). With `counted ≤ limit` that is the
 //! promise "the driver's per-process figure never exceeds the limit by more than one granule".
 
-/// Driver-held bytes tolerated without a charge: one 2 MiB allocation granule (a single small
-/// allocation's rounding never moves the ledger).
+/// Driver-held bytes tolerated without a charge: one 2 MiB allocation granule.
 pub const SLACK: u64 = 2 << 20;
+/// The driver's allocation granule.
+pub const GRANULE: u64 = 2 << 20;
+
+/// What the driver may hold for one counted allocation of `bytes` beyond them by rounding it up to
+/// its granule: the ledger counts what the application asked for (exactly, as the monitor
+/// expects), so this much of the driver's figure is explained and never charged again.
+pub fn rounding(bytes: u64) -> u64 {
+    bytes.div_ceil(GRANULE).saturating_mul(GRANULE).saturating_sub(bytes)
+}
 
 /// One consistent reading of this process on one device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +31,10 @@ pub struct Reading {
     /// The ledger's bytes for this process on the device, read before and after `truth`.
     pub counted_before: u64,
     pub counted_after: u64,
+    /// Driver-held bytes the ledger explains without counting them: the rounding of counted
+    /// allocations ([`rounding`]) and the unused reserve of stream-ordered pools (uncounted at
+    /// `cuMemFreeAsync` by design).
+    pub allowance: u64,
 }
 
 impl Reading {
@@ -43,9 +55,9 @@ pub enum Step {
     Release(u64),
 }
 
-/// The charge the reconciliation should hold: `max(0, truth - (counted - held) - SLACK)`.
-pub fn target(truth: u64, counted: u64, held: u64) -> u64 {
-    let base = counted.saturating_sub(held);
+/// The charge the reconciliation should hold: `max(0, truth - (counted - held) - allowance - SLACK)`.
+pub fn target(truth: u64, counted: u64, held: u64, allowance: u64) -> u64 {
+    let base = counted.saturating_sub(held).saturating_add(allowance);
     truth.saturating_sub(base).saturating_sub(SLACK)
 }
 
@@ -54,7 +66,7 @@ pub fn step(r: &Reading, held: u64) -> Step {
     if !r.stable() {
         return Step::Keep;
     }
-    let t = target(r.truth, r.counted_after, held);
+    let t = target(r.truth, r.counted_after, held, r.allowance);
     match t.cmp(&held) {
         std::cmp::Ordering::Equal => Step::Keep,
         std::cmp::Ordering::Greater => Step::Charge(t - held),
@@ -99,7 +111,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn r(truth: u64, counted: u64) -> Reading {
-        Reading { truth, counted_before: counted, counted_after: counted }
+        Reading { truth, counted_before: counted, counted_after: counted, allowance: 0 }
     }
 
     #[test]
@@ -156,8 +168,22 @@ mod tests {
     }
 
     #[test]
+    fn rounding_and_pool_reserve_are_explained_not_charged() {
+        assert_eq!(rounding(0), 0);
+        assert_eq!(rounding(1), 2 * MIB - 1);
+        assert_eq!(rounding(2 * MIB), 0);
+        assert_eq!(rounding(3 * MIB), MIB);
+        // 8 MiB context + three 1 MiB allocations the driver rounds to 2 MiB each.
+        let r = Reading { truth: 14 * MIB, counted_before: 11 * MIB, counted_after: 11 * MIB, allowance: 3 * MIB };
+        assert_eq!(step(&r, 0), Step::Keep);
+        // A module of 64 MiB on top is still charged in full.
+        let r = Reading { truth: 78 * MIB, ..r };
+        assert_eq!(step(&r, 0), Step::Charge(62 * MIB));
+    }
+
+    #[test]
     fn unstable_readings_change_nothing() {
-        let x = Reading { truth: 500 * MIB, counted_before: 10 * MIB, counted_after: 20 * MIB };
+        let x = Reading { truth: 500 * MIB, counted_before: 10 * MIB, counted_after: 20 * MIB, allowance: 0 };
         assert!(!x.stable());
         assert_eq!(step(&x, 0), Step::Keep);
     }
