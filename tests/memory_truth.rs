@@ -347,3 +347,43 @@ fn host_pid_of_a_visible_context_still_comes_from_the_creation_diff() {
     a.ok("module 40");
     assert_eq!(slot_mem(&region, a.pid).module, 40 * MIB, "measured through the host PID");
 }
+
+#[test]
+fn without_a_host_pid_the_ledger_keeps_what_it_counted_then_catches_up() {
+    // Hidden context, PID namespace: nothing can be measured up front until our allocations give
+    // the host PID away. Until then the module is not counted (logged once at info level); after,
+    // the reconciliation charges what the driver held all along.
+    let sb = Sandbox::new("truth_fallback");
+    let region = sb.region();
+    let env = [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "1024m"),
+        ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
+        ("VGPU_SIM_PID_OFFSET", "100000"),
+        ("LIBCUDA_LOG_LEVEL", "3"),
+    ];
+    let mut a = spawn(&sb, &region, &env);
+    a.ok("init");
+    a.ok("hidden 0");
+    a.ok("module 40");
+    assert_eq!(Snap::read(&region).slot_of(a.pid).map_or(0, |s| s.used[0].total), 0, "nothing measurable yet");
+    assert_eq!(driver_used(&sb, a.pid), (CTX_MIB + 40) * MIB);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    wait_for("reconciled after the host PID is found", Duration::from_secs(5), || {
+        if t0.elapsed() > Duration::from_millis(150 * n) {
+            n += 1;
+            a.ok(&format!("alloc {}", 8 * MIB));
+        }
+        let m = slot_mem(&region, a.pid);
+        m.total + GRANULE >= driver_used(&sb, a.pid)
+    });
+    let s = Snap::read(&region).slot_of(a.pid).unwrap();
+    assert_eq!(s.hostpid as u32, a.pid + 100000);
+    let m = s.used[0];
+    assert_split_adds_up(&m);
+    assert_eq!(m.data, n * 8 * MIB, "allocations counted exactly");
+    assert!(m.context + GRANULE >= (CTX_MIB + 40) * MIB, "context and module reconciled as context_size: {m:?}");
+    let logs = a.stderr();
+    let lines = logs.lines().filter(|l| l.contains("INFO") && l.contains("host PID is not resolved")).count();
+    assert_eq!(lines, 1, "the fallback is logged once at info level:\n{logs}");
+}
