@@ -325,6 +325,38 @@ pub fn graph_launch_end(g: Option<PoolGrowth>, r: CUresult) {
     sync_pool(g.ordinal);
 }
 
+/// Periodic (truth tick): the driver may give a graph pool back on its own (its device's last
+/// context went); settle the charge on its figure.
+pub fn tick(d: usize) {
+    if GRAPH_HELD[d].load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let st = state::get();
+    let ordinals: Vec<CUdevice> =
+        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    for o in ordinals {
+        sync_pool(o);
+    }
+}
+
+/// In a forked child: none of the parent's graphs, pools or charges exist here.
+pub fn fork_child() {
+    if GRAPHS.is_locked() {
+        // SAFETY: the child has one thread; the holder does not exist in it.
+        unsafe { GRAPHS.force_unlock() };
+    }
+    if POOLS.is_locked() {
+        // SAFETY: as above.
+        unsafe { POOLS.force_unlock() };
+    }
+    *GRAPHS.lock() = None;
+    POOLS.lock().clear();
+    ANY_MEM_EXEC.store(false, Ordering::Release);
+    for h in &GRAPH_HELD {
+        h.store(0, Ordering::Relaxed);
+    }
+}
+
 pub unsafe fn device_graph_mem_trim(real: pfn::cuDeviceGraphMemTrim, dev: CUdevice) -> CUresult {
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS {

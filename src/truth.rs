@@ -69,6 +69,7 @@ pub fn fork_child() {
         // SAFETY: the child has one thread; the holder does not exist in it.
         unsafe { TRUTH.force_unlock() };
     }
+    crate::driver_costs::fork_child();
 }
 
 /// CUDA is initialised in this process: make sure the watcher (which calls [`tick`]) runs, so a
@@ -94,9 +95,16 @@ fn host_pid(d: usize) -> Option<u32> {
     st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
 }
 
+struct Raw {
+    before: u64,
+    procs: Vec<(u32, u64)>,
+    explained: u64,
+    after: u64,
+}
+
 /// One consistent (own before, NVML list, allowance, own after) reading of region device `d`: the
 /// allowance is read inside the window too, so a stable reading has all four from one moment.
-fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64, u64), NoTruth> {
+fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
     let st = state::get();
     if !dt.nvml_tried {
         dt.nvml_tried = true;
@@ -113,7 +121,7 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<(u64, Vec<(u32, u64)>, u64, u64),
         let explained = allowance(d);
         let after = st.ledger.own_usage(d);
         let stable = before == after;
-        last = Some((before, procs, explained, after));
+        last = Some(Raw { before, procs, explained, after });
         if stable {
             break;
         }
@@ -134,7 +142,7 @@ fn allowance(d: usize) -> u64 {
 pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
     let hp = host_pid(d).ok_or(NoTruth::PidUnresolved)?;
     let dt = &mut t.devs[d];
-    let (before, procs, explained, after) = read(dt, d)?;
+    let Raw { before, procs, explained, after } = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
     dt.last_truth = Some(truth);
     Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained })
@@ -191,7 +199,7 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
     let dt = &mut t.devs[d];
-    let Ok((before, procs, _, after)) = read(dt, d) else { return };
+    let Ok(Raw { before, procs, after, .. }) = read(dt, d) else { return };
     let oth = compute::watcher::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
@@ -237,6 +245,7 @@ pub fn tick() {
             if !resolved {
                 correlate(t, d);
             }
+            crate::driver_costs::tick(d);
             if let Err(why) = reconcile(t, d) {
                 note_no_truth(d, why);
             }

@@ -364,7 +364,7 @@ fn without_a_host_pid_the_ledger_keeps_what_it_counted_then_catches_up() {
     let mut a = spawn(&sb, &region, &env);
     a.ok("init");
     a.ok("hidden 0");
-    a.ok("module 40");
+    let module = a.ok("module 40");
     assert_eq!(Snap::read(&region).slot_of(a.pid).map_or(0, |s| s.used[0].total), 0, "nothing measurable yet");
     assert_eq!(driver_used(&sb, a.pid), (CTX_MIB + 40) * MIB);
     let t0 = Instant::now();
@@ -386,4 +386,12 @@ fn without_a_host_pid_the_ledger_keeps_what_it_counted_then_catches_up() {
     let logs = a.stderr();
     let lines = logs.lines().filter(|l| l.contains("INFO") && l.contains("host PID is not resolved")).count();
     assert_eq!(lines, 1, "the fallback is logged once at info level:\n{logs}");
+
+    // The driver gives the module back: the reconciliation's charge falls with it.
+    a.ok(&format!("module_unload {module}"));
+    let t = wait_for("charge fell", Duration::from_secs(5), || slot_mem(&region, a.pid).context <= CTX_MIB * MIB);
+    eprintln!("reconciled charge fell {t:?} after the unload");
+    let m = slot_mem(&region, a.pid);
+    assert!(m.context + GRANULE >= CTX_MIB * MIB, "the context is still counted: {m:?}");
+    assert!(driver_used(&sb, a.pid) <= m.total + GRANULE);
 }
