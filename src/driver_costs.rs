@@ -148,7 +148,6 @@ pub unsafe fn ctx_set_limit(real: pfn::cuCtxSetLimit, limit: CUlimit, value: usi
     // Raising takes what the driver's figure grew by (limit-checked); lowering gives back what it
     // fell by, up to what this (context, limit) was charged.
     let out = truth::with(Some(truth::REFUSAL_WAIT), |t| {
-        let _ = truth::reconcile(t, d);
         let before = truth::measure(t, d).ok();
         let r = unsafe { real(limit, value) };
         let (CUDA_SUCCESS, Some(b), Ok(a)) = (r, before, truth::measure(t, d)) else { return (r, false) };

@@ -281,7 +281,6 @@ pub fn measured(
     let mut undo_key = None;
     let mut op = Some(op);
     let r = with(Some(REFUSAL_WAIT), |t| {
-        let _ = reconcile(t, d);
         let before = measure(t, d).ok();
         let r = op.take().expect("run once")();
         if r != CUDA_SUCCESS {

@@ -16,7 +16,9 @@
  *   alloc BYTES -> id | free ID
  *   fill CHUNK              cuMemAlloc_v2 CHUNK until it fails -> n rc (kept)
  *   meminfo                 cuMemGetInfo_v2 -> free total
+ *   module_loop N MIB       N × (cuModuleLoadData + cuModuleUnload) -> ns per pair (bench)
  */
+#include <time.h>
 #include "cuda_min.h"
 #include <unistd.h>
 
@@ -163,6 +165,20 @@ int main(void) {
             size_t f = 0, t = 0;
             int rc = cuMemGetInfo_v2(&f, &t);
             printf("rc=%d free=%zu total=%zu\n", rc, f, t);
+        } else if (!strcmp(cmd, "module_loop")) {
+            void *img = elf_image((size_t)b << 20);
+            struct timespec t0, t1;
+            int rc = 0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (unsigned long long i = 0; i < a && !rc; i++) {
+                CUmodule m = NULL;
+                rc = cuModuleLoadData(&m, img);
+                if (!rc) rc = cuModuleUnload(m);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            free(img);
+            long long ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            printf("rc=%d ns=%lld\n", rc, a ? ns / (long long)a : 0);
         } else if (!strcmp(cmd, "exit")) {
             printf("bye=1\n");
             return 0;
