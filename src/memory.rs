@@ -482,7 +482,8 @@ pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUm
 fn nvml_own_usage(st: &State, dev: usize) -> Option<u64> {
     let me = host_pid(st) as u32;
     let procs = driver::nvml_processes(driver::nvml_handle(dev)?)?;
-    procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used)
+    // NVML_VALUE_NOT_AVAILABLE (MIG, WDDM): no figure.
+    procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used).filter(|&u| u != u64::MAX)
 }
 
 /// Our PID as NVML reports it: the slot's host PID once known, else our own.

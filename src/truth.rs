@@ -20,6 +20,8 @@ use vgpu_core::reconcile::{self, NoTruth, Reading, Step};
 use vgpu_core::region::{MAX_DEVICES, UsageKind};
 
 const EVERY_NS: u64 = 250_000_000;
+/// `usedGpuMemory` when NVML has no per-process figure (`NVML_VALUE_NOT_AVAILABLE`).
+const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 const RESOLVE_EVERY_NS: u64 = 100_000_000;
 pub const REFUSAL_WAIT: Duration = Duration::from_millis(200);
 
@@ -144,6 +146,9 @@ pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
     let dt = &mut t.devs[d];
     let Raw { before, procs, explained, after } = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
+    if truth == NVML_VALUE_NOT_AVAILABLE {
+        return Err(NoTruth::Mig); // MIG (and WDDM) report no per-process figure
+    }
     dt.last_truth = Some(truth);
     Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained })
 }
@@ -199,7 +204,8 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
     let dt = &mut t.devs[d];
-    let Ok(Raw { before, procs, after, .. }) = read(dt, d) else { return };
+    let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
+    procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     let oth = compute::watcher::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };

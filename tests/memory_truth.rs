@@ -395,3 +395,27 @@ fn without_a_host_pid_the_ledger_keeps_what_it_counted_then_catches_up() {
     assert!(m.context + GRANULE >= CTX_MIB * MIB, "the context is still counted: {m:?}");
     assert!(driver_used(&sb, a.pid) <= m.total + GRANULE);
 }
+
+#[test]
+fn without_a_per_process_figure_the_ledger_keeps_what_it_counted() {
+    // NVML lists the process without a memory figure (MIG, WDDM): nothing is charged beyond what
+    // was counted, one info line says why, and counting stays exact.
+    let sb = Sandbox::new("truth_no_figure");
+    let region = sb.region();
+    let env = [("CUDA_DEVICE_MEMORY_LIMIT", "1024m"), ("VGPU_SIM_NO_PROC_MEM", "1"), ("LIBCUDA_LOG_LEVEL", "3")];
+    let mut a = spawn(&sb, &region, &env);
+    a.ok("init");
+    a.ok("ctx 0");
+    a.ok("module 40");
+    for _ in 0..4 {
+        a.ok(&format!("alloc {}", 8 * MIB));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let m = slot_mem(&region, a.pid);
+    assert_eq!((m.module, m.data), (0, 32 * MIB), "counted exactly, nothing measured: {m:?}");
+    assert_split_adds_up(&m);
+    let logs = a.stderr();
+    let n = logs.lines().filter(|l| l.contains("INFO") && l.contains("driver-held memory is not reconciled")).count();
+    assert_eq!(n, 1, "logged once at info level:\n{logs}");
+    assert!(logs.contains("MIG"), "the reason is named:\n{logs}");
+}

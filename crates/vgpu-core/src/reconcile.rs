@@ -79,7 +79,7 @@ pub fn step(r: &Reading, held: u64) -> Step {
 pub enum NoTruth {
     /// NVML missing or failing.
     Nvml,
-    /// MIG: NVML's per-process figures are per instance or absent.
+    /// MIG (or WDDM): NVML lists us without a per-process figure (`NVML_VALUE_NOT_AVAILABLE`).
     Mig,
     /// Our host PID is not known (yet).
     PidUnresolved,
