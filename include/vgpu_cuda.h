@@ -706,6 +706,37 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
 } CUDA_KERNEL_NODE_PARAMS_v2;
 typedef CUDA_KERNEL_NODE_PARAMS_v2 CUDA_KERNEL_NODE_PARAMS;
 
+/* Driver-held memory: module loads, context limits, graph memory (docs/design.md "Driver-held memory"). */
+typedef enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0
+} CUjit_option;
+
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0
+} CUlibraryOption;
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02
+} CUlimit;
+
+typedef enum CUgraphMem_attribute_enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3
+} CUgraphMem_attribute;
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const struct CUmemAccessDesc_st *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS_v1;
+typedef CUDA_MEM_ALLOC_NODE_PARAMS_v1 CUDA_MEM_ALLOC_NODE_PARAMS;
+
 #ifdef __cplusplus
 }
 #endif
@@ -858,7 +889,58 @@ typedef CUresult (CUDAAPI *PFN_cuGraphLaunch)(CUgraphExec hGraph, CUstream hStre
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (CUDAAPI *PFN_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 
+/* ---- Driver-held memory (src/driver_costs.rs) ---- */
+CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname);
+typedef CUresult (CUDAAPI *PFN_cuModuleLoad)(CUmodule *module, const char *fname);
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image);
+typedef CUresult (CUDAAPI *PFN_cuModuleLoadData)(CUmodule *module, const void *image);
+
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
+typedef CUresult (CUDAAPI *PFN_cuModuleLoadDataEx)(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
+
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
+typedef CUresult (CUDAAPI *PFN_cuModuleLoadFatBinary)(CUmodule *module, const void *fatCubin);
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
+typedef CUresult (CUDAAPI *PFN_cuModuleUnload)(CUmodule hmod);
+
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+typedef CUresult (CUDAAPI *PFN_cuLibraryLoadData)(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+
+CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+typedef CUresult (CUDAAPI *PFN_cuLibraryLoadFromFile)(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
+typedef CUresult (CUDAAPI *PFN_cuLibraryUnload)(CUlibrary library);
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value);
+typedef CUresult (CUDAAPI *PFN_cuCtxSetLimit)(CUlimit limit, size_t value);
+CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+typedef CUresult (CUDAAPI *PFN_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
+typedef CUresult (CUDAAPI *PFN_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec);
+typedef CUresult (CUDAAPI *PFN_cuGraphExecDestroy)(CUgraphExec hGraphExec);
+
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device);
+typedef CUresult (CUDAAPI *PFN_cuDeviceGraphMemTrim)(CUdevice device);
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+typedef CUresult (CUDAAPI *PFN_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
+typedef CUresult (CUDAAPI *PFN_cuMemPoolDestroy)(CUmemoryPool pool);
+
 /* ---- Called by libvgpu (resolved from the real driver) ---- */
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+typedef CUresult (CUDAAPI *PFN_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
+
+CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+typedef CUresult (CUDAAPI *PFN_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
+
 CUresult CUDAAPI cuDriverGetVersion(int *driverVersion);
 typedef CUresult (CUDAAPI *PFN_cuDriverGetVersion)(int *driverVersion);
 

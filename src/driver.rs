@@ -82,6 +82,10 @@ called! {
     LIBCUDA fn cuEventElapsedTime;
     LIBCUDA fn cuEventElapsedTime_v2;
     LIBCUDA fn cuThreadExchangeStreamCaptureMode;
+    LIBCUDA fn cuDeviceGetDefaultMemPool;
+    LIBCUDA fn cuDeviceGetMemPool;
+    LIBCUDA fn cuCtxGetLimit;
+    LIBCUDA fn cuDeviceGetGraphMemAttribute;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
 }
 

@@ -145,7 +145,7 @@ macro_rules! hook_table {
 
 pub mod cuda {
     use super::*;
-    use crate::{context, launch, memory, procaddr};
+    use crate::{context, driver_costs, launch, memory, procaddr};
 
     hook_table! {
         table = CUDA_HOOKS, lib = Lib::Cuda, ret = CUresult,
@@ -192,6 +192,23 @@ pub mod cuda {
         fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => context::ctx_create_v4;
         fn cuCtxDestroy_v2(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxSetCurrent(ctx: CUcontext);
+
+        // Driver-held memory, counted up front (driver_costs).
+        fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) => driver_costs::module_load;
+        fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) => driver_costs::module_load_data;
+        fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, n: c_uint, options: *mut CUjit_option, values: *mut *mut c_void) => driver_costs::module_load_data_ex;
+        fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) => driver_costs::module_load_fat_binary;
+        fn cuModuleUnload(module: CUmodule) => driver_costs::module_unload;
+        fn cuLibraryLoadData(library: *mut CUlibrary, code: *const c_void, jit_options: *mut CUjit_option, jit_values: *mut *mut c_void, num_jit: c_uint, lib_options: *mut CUlibraryOption, lib_values: *mut *mut c_void, num_lib: c_uint) => driver_costs::library_load_data;
+        fn cuLibraryLoadFromFile(library: *mut CUlibrary, file: *const c_char, jit_options: *mut CUjit_option, jit_values: *mut *mut c_void, num_jit: c_uint, lib_options: *mut CUlibraryOption, lib_values: *mut *mut c_void, num_lib: c_uint) => driver_costs::library_load_from_file;
+        fn cuLibraryUnload(library: CUlibrary) => driver_costs::library_unload;
+        fn cuCtxSetLimit(limit: CUlimit, value: usize) => driver_costs::ctx_set_limit;
+        fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) => driver_costs::graph_add_mem_alloc_node;
+        fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) => driver_costs::graph_instantiate;
+        fn cuGraphExecDestroy(exec: CUgraphExec) => driver_costs::graph_exec_destroy;
+        fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
+        fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
+        fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

@@ -90,12 +90,20 @@ pub unsafe fn launch_cooperative_multi(real: pfn::cuLaunchCooperativeKernelMulti
 macro_rules! graph_fn {
     ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(real: pfn::$pfn, exec: CUgraphExec, stream: CUstream) -> CUresult {
-            if compute::fast() {
-                return unsafe { real(exec, stream) };
-            }
-            let t = compute::before(stream, $ptsz, Sig::graph(exec as u64));
-            let r = unsafe { real(exec, stream) };
-            compute::after(t, r);
+            // Graph memory the launch may add to the driver's pool (driver_costs).
+            let pool = match crate::driver_costs::graph_launch_begin(exec) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            let r = if compute::fast() {
+                unsafe { real(exec, stream) }
+            } else {
+                let t = compute::before(stream, $ptsz, Sig::graph(exec as u64));
+                let r = unsafe { real(exec, stream) };
+                compute::after(t, r);
+                r
+            };
+            crate::driver_costs::graph_launch_end(pool, r);
             r
         }
     };

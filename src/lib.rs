@@ -11,6 +11,7 @@ mod devices;
 mod state;
 mod dl;
 mod driver;
+mod driver_costs;
 mod dlsym_hook;
 mod ffi;
 mod guard;
@@ -20,6 +21,7 @@ mod launch;
 mod memory;
 mod nvml;
 mod procaddr;
+mod truth;
 
 /// Per-process compute state to forget in a forked child (owned by the compute module).
 pub(crate) fn compute_fork_child() {

@@ -36,7 +36,11 @@ fn counted(
     alloc: impl FnOnce() -> Result<u64, CUresult>,
 ) -> CUresult {
     let limit = st.memory_limit(dev);
-    let reservation = match st.ledger.reserve(dev, bytes, kind, limit) {
+    let mut reserved = st.ledger.reserve(dev, bytes, kind, limit);
+    if matches!(reserved, Err(ReserveError::OverLimit(_))) && crate::truth::before_refusal(dev) {
+        reserved = st.ledger.reserve(dev, bytes, kind, limit); // driver-held bytes went back
+    }
+    let reservation = match reserved {
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
             crate::warn!("{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit", o.usage, o.limit);
@@ -448,7 +452,8 @@ pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUm
 fn nvml_own_usage(st: &State, dev: usize) -> Option<u64> {
     let me = host_pid(st) as u32;
     let procs = driver::nvml_processes(driver::nvml_handle(dev)?)?;
-    procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used)
+    // NVML_VALUE_NOT_AVAILABLE (MIG, WDDM): no figure.
+    procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used).filter(|&u| u != u64::MAX)
 }
 
 /// Our PID as NVML reports it: the slot's host PID once known, else our own.

@@ -12,7 +12,7 @@
 pub mod api;
 mod gate;
 mod samples;
-mod watcher;
+pub(crate) mod watcher;
 
 pub use gate::{after, after_multi, before, before_multi};
 

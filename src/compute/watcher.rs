@@ -82,6 +82,9 @@ fn run(c: &'static Compute) {
             c.refresh_control();
             next_ctl = now + CONTROL_EVERY_NS;
         }
+        // Driver-held memory and host-PID correlation: due per device every 100-250 ms, so it
+        // rides this thread's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
+        crate::truth::tick();
         for (d, n) in nv.iter_mut().enumerate() {
             if c.devs[d].active.load(Ordering::Relaxed) && now >= n.next {
                 n.next = now + NVML_EVERY_NS;
@@ -102,7 +105,7 @@ fn wall_us_to_mono(us: u64) -> u64 {
 }
 
 /// What the region says about the other processes of the container.
-pub(super) struct Others {
+pub(crate) struct Others {
     /// Host PIDs claimed by other live slots.
     pub claimed: Vec<u32>,
     /// Their (pid, host pid) pairs.
@@ -119,7 +122,7 @@ impl Others {
 
 /// The other live slots of the region. A slot with a lower index that claims the same PID as we
 /// do wins it (so two claimants never both yield).
-pub(super) fn others(c: &Compute, mine: Option<u32>) -> Others {
+pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
     let mut o = Others { claimed: Vec::new(), pairs: Vec::new(), unresolved: vec![c.pid as u32] };
     let Some(r) = c.region else { return o };
     let sh = r.shared();
@@ -160,7 +163,7 @@ fn container_hostpids(c: &Compute) -> Vec<u32> {
 }
 
 /// Records our host PID in our slot (other processes then eliminate it).
-pub(super) fn claim(c: &Compute, d: usize, hp: u32) {
+pub(crate) fn claim(c: &Compute, d: usize, hp: u32) {
     if let Some(r) = c.region
         && let Err(e) = vgpu_core::slots::set_hostpid(r, c.pid, hp as i32)
     {

@@ -1269,6 +1269,60 @@ impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
 }
 pub type CUDA_KERNEL_NODE_PARAMS_v2 = CUDA_KERNEL_NODE_PARAMS_v2_st;
 pub type CUDA_KERNEL_NODE_PARAMS = CUDA_KERNEL_NODE_PARAMS_v2;
+pub const CU_JIT_MAX_REGISTERS: CUjit_option_enum = 0;
+pub type CUjit_option_enum = ::core::ffi::c_uint;
+pub use self::CUjit_option_enum as CUjit_option;
+pub const CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE: CUlibraryOption_enum = 0;
+pub type CUlibraryOption_enum = ::core::ffi::c_uint;
+pub use self::CUlibraryOption_enum as CUlibraryOption;
+pub const CU_LIMIT_STACK_SIZE: CUlimit_enum = 0;
+pub const CU_LIMIT_PRINTF_FIFO_SIZE: CUlimit_enum = 1;
+pub const CU_LIMIT_MALLOC_HEAP_SIZE: CUlimit_enum = 2;
+pub type CUlimit_enum = ::core::ffi::c_uint;
+pub use self::CUlimit_enum as CUlimit;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute_enum = 0;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: CUgraphMem_attribute_enum = 1;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: CUgraphMem_attribute_enum = 2;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: CUgraphMem_attribute_enum = 3;
+pub type CUgraphMem_attribute_enum = ::core::ffi::c_uint;
+pub use self::CUgraphMem_attribute_enum as CUgraphMem_attribute;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    pub poolProps: CUmemPoolProps,
+    pub accessDescs: *mut CUmemAccessDesc_st,
+    pub accessDescCount: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st"]
+        [::core::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 120usize];
+    ["Alignment of CUDA_MEM_ALLOC_NODE_PARAMS_v1_st"]
+        [::core::mem::align_of::<CUDA_MEM_ALLOC_NODE_PARAMS_v1_st>() - 8usize];
+    ["Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::poolProps"]
+        [::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, poolProps) - 0usize];
+    ["Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescs"]
+        [::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescs) - 88usize];
+    ["Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::accessDescCount"]
+        [::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, accessDescCount) - 96usize];
+    ["Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::bytesize"]
+        [::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, bytesize) - 104usize];
+    ["Offset of field: CUDA_MEM_ALLOC_NODE_PARAMS_v1_st::dptr"]
+        [::core::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS_v1_st, dptr) - 112usize];
+};
+impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEM_ALLOC_NODE_PARAMS_v1 = CUDA_MEM_ALLOC_NODE_PARAMS_v1_st;
+pub type CUDA_MEM_ALLOC_NODE_PARAMS = CUDA_MEM_ALLOC_NODE_PARAMS_v1;
 pub type PFN_cuInit =
     ::core::option::Option<unsafe extern "C" fn(Flags: ::core::ffi::c_uint) -> CUresult>;
 pub type PFN_cuGetProcAddress = ::core::option::Option<
@@ -1507,6 +1561,84 @@ pub type PFN_cuGraphLaunch = ::core::option::Option<
 >;
 pub type PFN_cuGraphLaunch_ptsz = ::core::option::Option<
     unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+>;
+pub type PFN_cuModuleLoad = ::core::option::Option<
+    unsafe extern "C" fn(module: *mut CUmodule, fname: *const ::core::ffi::c_char) -> CUresult,
+>;
+pub type PFN_cuModuleLoadData = ::core::option::Option<
+    unsafe extern "C" fn(module: *mut CUmodule, image: *const ::core::ffi::c_void) -> CUresult,
+>;
+pub type PFN_cuModuleLoadDataEx = ::core::option::Option<
+    unsafe extern "C" fn(
+        module: *mut CUmodule,
+        image: *const ::core::ffi::c_void,
+        numOptions: ::core::ffi::c_uint,
+        options: *mut CUjit_option,
+        optionValues: *mut *mut ::core::ffi::c_void,
+    ) -> CUresult,
+>;
+pub type PFN_cuModuleLoadFatBinary = ::core::option::Option<
+    unsafe extern "C" fn(module: *mut CUmodule, fatCubin: *const ::core::ffi::c_void) -> CUresult,
+>;
+pub type PFN_cuModuleUnload =
+    ::core::option::Option<unsafe extern "C" fn(hmod: CUmodule) -> CUresult>;
+pub type PFN_cuLibraryLoadData = ::core::option::Option<
+    unsafe extern "C" fn(
+        library: *mut CUlibrary,
+        code: *const ::core::ffi::c_void,
+        jitOptions: *mut CUjit_option,
+        jitOptionsValues: *mut *mut ::core::ffi::c_void,
+        numJitOptions: ::core::ffi::c_uint,
+        libraryOptions: *mut CUlibraryOption,
+        libraryOptionValues: *mut *mut ::core::ffi::c_void,
+        numLibraryOptions: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuLibraryLoadFromFile = ::core::option::Option<
+    unsafe extern "C" fn(
+        library: *mut CUlibrary,
+        fileName: *const ::core::ffi::c_char,
+        jitOptions: *mut CUjit_option,
+        jitOptionsValues: *mut *mut ::core::ffi::c_void,
+        numJitOptions: ::core::ffi::c_uint,
+        libraryOptions: *mut CUlibraryOption,
+        libraryOptionValues: *mut *mut ::core::ffi::c_void,
+        numLibraryOptions: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuLibraryUnload =
+    ::core::option::Option<unsafe extern "C" fn(library: CUlibrary) -> CUresult>;
+pub type PFN_cuCtxSetLimit =
+    ::core::option::Option<unsafe extern "C" fn(limit: CUlimit, value: usize) -> CUresult>;
+pub type PFN_cuCtxGetLimit =
+    ::core::option::Option<unsafe extern "C" fn(pvalue: *mut usize, limit: CUlimit) -> CUresult>;
+pub type PFN_cuGraphAddMemAllocNode = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphExecDestroy =
+    ::core::option::Option<unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult>;
+pub type PFN_cuDeviceGraphMemTrim =
+    ::core::option::Option<unsafe extern "C" fn(device: CUdevice) -> CUresult>;
+pub type PFN_cuMemPoolCreate = ::core::option::Option<
+    unsafe extern "C" fn(pool: *mut CUmemoryPool, poolProps: *const CUmemPoolProps) -> CUresult,
+>;
+pub type PFN_cuMemPoolDestroy =
+    ::core::option::Option<unsafe extern "C" fn(pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuDeviceGetMemPool = ::core::option::Option<
+    unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
+>;
+pub type PFN_cuDeviceGetGraphMemAttribute = ::core::option::Option<
+    unsafe extern "C" fn(
+        device: CUdevice,
+        attr: CUgraphMem_attribute,
+        value: *mut ::core::ffi::c_void,
+    ) -> CUresult,
 >;
 pub type PFN_cuDriverGetVersion = ::core::option::Option<
     unsafe extern "C" fn(driverVersion: *mut ::core::ffi::c_int) -> CUresult,
@@ -1963,3 +2095,8 @@ pub type PFN_nvmlSystemGetDriverVersion = ::core::option::Option<
 pub type PFN_nvmlErrorString = ::core::option::Option<
     unsafe extern "C" fn(result: nvmlReturn_t) -> *const ::core::ffi::c_char,
 >;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUmemAccessDesc_st {
+    pub _address: u8,
+}

@@ -468,6 +468,11 @@ impl AllocTable {
         })
     }
 
+    /// Σ `f(record)` over the records on `dev` (the truth reconciliation's rounding allowance).
+    pub fn sum_on(&self, dev: usize, f: impl Fn(&AllocRecord) -> u64) -> u64 {
+        self.map.lock().as_ref().map_or(0, |m| m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(f(r))))
+    }
+
     /// Removes and returns the records owned by `owner` (a context being destroyed: the driver
     /// frees everything allocated in it).
     pub fn remove_owned_by(&self, owner: u64) -> Vec<(u64, AllocRecord)> {

@@ -89,6 +89,7 @@ fn deactivate(sim: &mut Sim, dev: usize) {
     sim.dev_ctx_count[dev] -= 1;
     if sim.dev_ctx_count[dev] == 0 {
         crate::pool::release_device_pools(sim, dev);
+        crate::drivercost::graph_pool_release(sim, dev);
         state().uncharge(my_slot(), dev, knobs().ctx_bytes);
         state().set_ctx_active(my_slot(), dev, false);
         simlog!("no context left on device {}", dev);
@@ -102,6 +103,7 @@ fn teardown(sim: &mut Sim, h: u64) {
     sim.events.retain(|_, e| e.ctx != h);
     crate::module::unload_ctx_modules(sim, h);
     crate::array::free_ctx_arrays(sim, h);
+    crate::drivercost::ctx_gone(sim, h);
 }
 
 pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {

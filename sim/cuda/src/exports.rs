@@ -50,14 +50,7 @@ exports! {
     "cuDriverGetVersion" @ 2020 => fn cuDriverGetVersion(v: *mut i32) { device::driver_get_version(v) }
     "cuGetErrorString" @ 6000 => fn cuGetErrorString(e: CUresult, p: *mut *const c_char) { device::get_error_name(e, p, true) }
     "cuGetErrorName" @ 6000 => fn cuGetErrorName(e: CUresult, p: *mut *const c_char) { device::get_error_name(e, p, false) }
-    "cuGetExportTable" @ 3000 => fn cuGetExportTable(pp: *mut *const c_void, id: *const CUuuid) {
-        if !pp.is_null() { *pp = std::ptr::null(); }
-        if knobs().log {
-            let u = if id.is_null() { [0u8; 16] } else { (*id).bytes };
-            log_line(&format!("cuGetExportTable({:02x?}) refused", u));
-        }
-        CUDA_ERROR_NOT_SUPPORTED
-    }
+    "cuGetExportTable" @ 3000 => fn cuGetExportTable(pp: *mut *const c_void, id: *const CUuuid) { drivercost::get_export_table(pp, id) }
     "cuGetProcAddress" @ 11030 => fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, ver: i32, flags: u64) {
         procaddr::get_proc_address(symbol, pfn, ver, flags, std::ptr::null_mut())
     }
@@ -111,17 +104,8 @@ exports! {
     "cuCtxGetStreamPriorityRange" @ 5050 => fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) {
         stream::ctx_stream_priority_range(least, greatest)
     }
-    "cuCtxGetLimit" @ 3010 => fn cuCtxGetLimit(v: *mut usize, limit: u32) {
-        cu_try!({
-            check_init()?;
-            let x = match limit { 0 => 1024, 1 => 1 << 20, 2 => 8 << 20, 3 => 2, 4 => 2048, 5 => 0, 6 => 0, _ => return Err(CUDA_ERROR_INVALID_VALUE) };
-            out(v, x)
-        })
-    }
-    "cuCtxSetLimit" @ 3010 => fn cuCtxSetLimit(limit: u32, v: usize) {
-        let _ = v;
-        if check_init().is_err() { CUDA_ERROR_NOT_INITIALIZED } else if limit <= 6 { CUDA_SUCCESS } else { CUDA_ERROR_INVALID_VALUE }
-    }
+    "cuCtxGetLimit" @ 3010 => fn cuCtxGetLimit(v: *mut usize, limit: u32) { drivercost::ctx_get_limit(v, limit) }
+    "cuCtxSetLimit" @ 3010 => fn cuCtxSetLimit(limit: u32, v: usize) { drivercost::ctx_set_limit(limit, v) }
     "cuModuleGetLoadingMode" @ 11070 => fn cuModuleGetLoadingMode(mode: *mut u32) { module::module_get_loading_mode(mode) }
 
     // ---- memory --------------------------------------------------------------------------------
@@ -279,7 +263,7 @@ exports! {
         lib_opts: *mut i32, lib_vals: *mut *mut c_void, n_lib: u32,
     ) {
         let _ = (jit_opts, jit_vals, n_jit, lib_opts, lib_vals, n_lib);
-        module::library_load_data(lib, code)
+        module::library_load_data(lib, code, drivercost::image_len(code))
     }
     "cuLibraryLoadFromFile" @ 12000 => fn cuLibraryLoadFromFile(
         lib: *mut CUlibrary, fname: *const c_char,
@@ -290,7 +274,8 @@ exports! {
         if !fname.is_null() && !std::path::Path::new(&*std::ffi::CStr::from_ptr(fname).to_string_lossy()).is_file() {
             CUDA_ERROR_FILE_NOT_FOUND
         } else {
-            module::library_load_data(lib, fname as *const c_void)
+            let len = std::fs::metadata(&*std::ffi::CStr::from_ptr(fname).to_string_lossy()).map_or(0, |m| m.len());
+            module::library_load_data(lib, fname as *const c_void, len)
         }
     }
     "cuLibraryUnload" @ 12000 => fn cuLibraryUnload(lib: CUlibrary) { module::library_unload(lib) }
@@ -451,6 +436,15 @@ exports! {
     "cuGraphInstantiateWithFlags" @ 11040 => fn cuGraphInstantiateWithFlags(e: *mut CUgraphExec, g: CUgraph, flags: u64) { graph::instantiate(e, g, flags) }
     "cuGraphLaunch" @ 10000 => fn cuGraphLaunch(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, false) }
     "cuGraphLaunch" @ 10000 [ptds] => fn cuGraphLaunch_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, true) }
+    "cuGraphAddMemAllocNode" @ 11040 => fn cuGraphAddMemAllocNode(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+    ) {
+        graph::add_mem_alloc_node(node, g, deps, n, p)
+    }
+    "cuDeviceGraphMemTrim" @ 11040 => fn cuDeviceGraphMemTrim(dev: CUdevice) { drivercost::device_graph_mem_trim(dev) }
+    "cuDeviceGetGraphMemAttribute" @ 11040 => fn cuDeviceGetGraphMemAttribute(dev: CUdevice, attr: i32, v: *mut c_void) {
+        drivercost::device_get_graph_mem_attribute(dev, attr, v)
+    }
     "cuGraphExecDestroy" @ 10000 => fn cuGraphExecDestroy(e: CUgraphExec) { graph::exec_destroy(e) }
     "cuGraphDestroy" @ 10000 => fn cuGraphDestroy(g: CUgraph) { graph::graph_destroy(g) }
 }

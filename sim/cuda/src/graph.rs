@@ -4,6 +4,7 @@
 use crate::launch::{KParams, launch_seq};
 use crate::sim::{self, Sim};
 use crate::types::*;
+use crate::context::current;
 use crate::{check_init, cu_try, nonnull, out};
 use std::ffi::c_void;
 
@@ -20,12 +21,17 @@ pub(crate) struct Node {
     pub extra: *mut *mut c_void,
     pub kern: u64,
     pub ctx: u64,
+    /// A memory-allocation node: (backing base, backing length, charged footprint).
+    pub mem: Option<(u64, u64, u64)>,
 }
 
 unsafe impl Send for Node {}
 
 pub(crate) struct Exec {
     pub kernels: Vec<KParams>,
+    /// Device and graph-pool footprint of the memory nodes (0: none).
+    pub mem_dev: usize,
+    pub mem_bytes: u64,
 }
 
 pub(crate) fn new_graph(sim: &mut Sim) -> u64 {
@@ -55,7 +61,7 @@ fn add_node(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let h = sim::new_handle();
-    sim.nodes.insert(h, Node { graph: g, deps: deps.to_vec(), params: p, kernel_params, extra, kern, ctx });
+    sim.nodes.insert(h, Node { graph: g, deps: deps.to_vec(), params: p, kernel_params, extra, kern, ctx, mem: None });
     sim.graphs.get_mut(&g).unwrap().nodes.push(h);
     Ok(h)
 }
@@ -125,6 +131,38 @@ pub(crate) fn add_kernel_node_v2(pn: *mut CUgraphNode, g: CUgraph, deps: *const 
     })
 }
 
+/// `cuGraphAddMemAllocNode`: address space now, device memory from the graph pool at launch.
+pub(crate) fn add_mem_alloc_node(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pn)?;
+        nonnull(p)?;
+        let mut prm = unsafe { p.read_unaligned() };
+        if prm.bytesize == 0 || prm.location.type_ != 1 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        crate::context::check_dev(prm.location.id)?;
+        let deps = unsafe { deps_vec(deps, n)? };
+        let (base, len) = crate::drivercost::mem_node_backing(prm.bytesize as u64)?;
+        let kp = KParams { func: 0, grid: [0; 3], block: [0; 3], shmem: 0 };
+        let mut sim = sim::lock();
+        let h = match add_node(&mut sim, g as u64, &deps, kp, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0) {
+            Ok(h) => h,
+            Err(e) => {
+                crate::drivercost::mem_node_unback(base, len);
+                return Err(e);
+            }
+        };
+        let footprint = sim_state::round_up(prm.bytesize as u64, sim_state::GRANULE);
+        sim.nodes.get_mut(&h).unwrap().mem = Some((base, len, footprint));
+        prm.dptr = base;
+        unsafe {
+            p.write_unaligned(prm);
+            out(pn, h as CUgraphNode)
+        }
+    })
+}
+
 pub(crate) fn graph_get_nodes(g: CUgraph, nodes: *mut CUgraphNode, num: *mut usize) -> CUresult {
     cu_try!({
         check_init()?;
@@ -153,8 +191,8 @@ pub(crate) fn node_get_type(n: CUgraphNode, t: *mut u32) -> CUresult {
     cu_try!({
         check_init()?;
         let sim = sim::lock();
-        sim.nodes.get(&(n as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        unsafe { out(t, CU_GRAPH_NODE_TYPE_KERNEL) }
+        let nd = sim.nodes.get(&(n as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { out(t, if nd.mem.is_some() { CU_GRAPH_NODE_TYPE_MEM_ALLOC } else { CU_GRAPH_NODE_TYPE_KERNEL }) }
     })
 }
 
@@ -215,9 +253,12 @@ pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUre
         nonnull(pe)?;
         let mut sim = sim::lock();
         let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let kernels = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).map(|n| n.params).collect();
+        let nodes: Vec<&Node> = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).collect();
+        let kernels = nodes.iter().filter(|n| n.mem.is_none()).map(|n| n.params).collect();
+        let mem_bytes: u64 = nodes.iter().filter_map(|n| n.mem).map(|m| m.2).sum();
+        let mem_dev = if mem_bytes > 0 { current(&mut sim)?.1 } else { 0 };
         let h = sim::new_handle();
-        sim.execs.insert(h, Exec { kernels });
+        sim.execs.insert(h, Exec { kernels, mem_dev, mem_bytes });
         unsafe { out(pe, h as CUgraphExec) }
     })
 }
@@ -240,11 +281,17 @@ pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult 
         if let Err(e) = check_init() {
             return e;
         }
-        let sim = sim::lock();
-        match sim.execs.get(&(e as u64)) {
-            Some(x) => x.kernels.clone(),
+        let mut sim = sim::lock();
+        let (kernels, dev, bytes) = match sim.execs.get(&(e as u64)) {
+            Some(x) => (x.kernels.clone(), x.mem_dev, x.mem_bytes),
             None => return CUDA_ERROR_INVALID_VALUE,
+        };
+        if bytes > 0
+            && let Err(e) = crate::drivercost::graph_pool_grow(&mut sim, dev, bytes)
+        {
+            return e;
         }
+        kernels
     };
     if kernels.is_empty() {
         return cu_try!({
@@ -269,7 +316,9 @@ pub(crate) fn graph_destroy(g: CUgraph) -> CUresult {
         let mut sim = sim::lock();
         let gr = sim.graphs.remove(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         for n in gr.nodes {
-            sim.nodes.remove(&n);
+            if let Some(Node { mem: Some((base, len, _)), .. }) = sim.nodes.remove(&n) {
+                crate::drivercost::mem_node_unback(base, len);
+            }
         }
         Ok(())
     })

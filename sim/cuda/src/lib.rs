@@ -14,6 +14,7 @@ mod array;
 mod context;
 mod counting;
 mod device;
+mod drivercost;
 mod exports;
 mod graph;
 mod launch;

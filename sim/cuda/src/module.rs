@@ -37,6 +37,7 @@ fn new_module(sim: &mut Sim, ctx: u64) -> u64 {
 
 fn unload(sim: &mut Sim, h: u64) -> bool {
     let Some(m) = sim.modules.remove(&h) else { return false };
+    crate::drivercost::module_unloaded(sim, h);
     for f in m.funcs.values() {
         sim.funcs.remove(f);
     }
@@ -63,11 +64,16 @@ pub(crate) fn module_load(pm: *mut CUmodule, fname: *const c_char) -> CUresult {
         nonnull(pm)?;
         let path = cstr(fname)?;
         let mut sim = sim::lock();
-        let (ctx, _) = current(&mut sim)?;
+        let (ctx, dev) = current(&mut sim)?;
         if !std::path::Path::new(&path).is_file() {
             return Err(CUDA_ERROR_FILE_NOT_FOUND);
         }
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
         let h = new_module(&mut sim, ctx);
+        if let Err(e) = crate::drivercost::module_loaded(&mut sim, h, dev, len) {
+            unload(&mut sim, h);
+            return Err(e);
+        }
         unsafe { out(pm, h as CUmodule) }
     })
 }
@@ -77,8 +83,12 @@ pub(crate) fn module_load_data(pm: *mut CUmodule, image: *const c_void) -> CUres
         nonnull(pm)?;
         nonnull(image)?;
         let mut sim = sim::lock();
-        let (ctx, _) = current(&mut sim)?;
+        let (ctx, dev) = current(&mut sim)?;
         let h = new_module(&mut sim, ctx);
+        if let Err(e) = crate::drivercost::module_loaded(&mut sim, h, dev, unsafe { crate::drivercost::image_len(image) }) {
+            unload(&mut sim, h);
+            return Err(e);
+        }
         unsafe { out(pm, h as CUmodule) }
     })
 }
@@ -152,13 +162,18 @@ pub(crate) fn module_get_loading_mode(mode: *mut u32) -> CUresult {
     })
 }
 
-pub(crate) fn library_load_data(pl: *mut CUlibrary, code: *const c_void) -> CUresult {
+pub(crate) fn library_load_data(pl: *mut CUlibrary, code: *const c_void, len: u64) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pl)?;
         nonnull(code)?;
         let mut sim = sim::lock();
         let m = new_module(&mut sim, 0);
+        let dev = crate::drivercost::library_device(&mut sim);
+        if let Err(e) = crate::drivercost::module_loaded(&mut sim, m, dev, len) {
+            unload(&mut sim, m);
+            return Err(e);
+        }
         let l = sim::new_handle();
         sim.libs.insert(l, Library { module: m });
         unsafe { out(pl, l as CUlibrary) }

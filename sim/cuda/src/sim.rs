@@ -36,6 +36,8 @@ pub(crate) struct Sim {
     pub arrays: HashMap<u64, Array>,
     pub mipmaps: HashMap<u64, Mipmap>,
     pub next_capture_id: u64,
+    /// Driver-held memory besides allocations (modules, context limits, graph pools).
+    pub held: crate::drivercost::Held,
 }
 
 pub(crate) fn lock() -> MutexGuard<'static, Sim> {

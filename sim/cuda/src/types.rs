@@ -200,6 +200,7 @@ pub const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
 
 // Graphs
 pub const CU_GRAPH_NODE_TYPE_KERNEL: u32 = 0;
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: u32 = 10;
 
 // Functions
 pub const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;
@@ -356,7 +357,24 @@ pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
     pub ctx: CUcontext,
 }
 
+/// `CUDA_MEM_ALLOC_NODE_PARAMS_v1` (120 bytes): pool properties (88), access descriptors, their
+/// count, the size, and the address the driver writes back.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub pool_type: u32,
+    pub handle_types: u32,
+    pub location: CUmemLocation,
+    pub pool_rest: [u8; 72],
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
 const _: () = {
+    assert!(std::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() == 120);
+    assert!(std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104);
     assert!(std::mem::size_of::<CUmemAllocationProp>() == 32);
     assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
     assert!(std::mem::size_of::<CUmemPoolProps>() == 88);

@@ -443,9 +443,21 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(h: nvmlDevice_t, m: *mut nvm
     }))
 }
 
+/// `VGPU_SIM_NO_PROC_MEM=1`: processes are listed without a memory figure
+/// (`NVML_VALUE_NOT_AVAILABLE`), as NVML does under MIG or WDDM.
+fn no_proc_mem() -> bool {
+    static O: OnceLock<bool> = OnceLock::new();
+    *O.get_or_init(|| std::env::var("VGPU_SIM_NO_PROC_MEM").map(|v| v.trim() == "1").unwrap_or(false))
+}
+
 /// (reported pid, used bytes) of live processes with a context on device `d`.
 fn compute_processes(s: &SimState, d: usize) -> Vec<(u32, u64)> {
-    s.processes().iter().filter(|p| p.has_ctx[d]).map(|p| (p.pid.wrapping_add(pid_offset()), p.used[d])).collect()
+    let na = no_proc_mem();
+    s.processes()
+        .iter()
+        .filter(|p| p.has_ctx[d])
+        .map(|p| (p.pid.wrapping_add(pid_offset()), if na { u64::MAX } else { p.used[d] }))
+        .collect()
 }
 
 unsafe fn running_processes<T>(h: nvmlDevice_t, count: *mut u32, infos: *mut T, make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {

@@ -42,6 +42,8 @@ pub enum How {
     Order,
     Identity,
     Evidence,
+    /// Matched by memory correlation ([`crate::hostpid`]): the context was created out of sight.
+    Memory,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -89,6 +91,12 @@ impl PidResolver {
 
     pub fn resolved(&self) -> Option<(u32, How)> {
         self.resolved
+    }
+
+    /// Adopt a PID resolved elsewhere ([`How::Memory`]); [`step`](Self::step) keeps it while it
+    /// stays listed, unclaimed by others and not ruled out by evidence.
+    pub fn adopt(&mut self, h: u32) {
+        self.resolved = Some((h, How::Memory));
     }
 
     /// Current candidates for our host PID.

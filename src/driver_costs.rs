@@ -1,0 +1,421 @@
+//! Memory the driver takes outside every allocation entry point, counted up front where a hook
+//! can see it (docs/design.md "Driver-held memory (truth)"): module and library loads and
+//! `cuCtxSetLimit` are measured through [`truth::measured`] (NVML before/after for our host PID);
+//! graph memory through the driver's own graph-pool attribute around `cuGraphLaunch` and
+//! `cuDeviceGraphMemTrim`. What does not fit under the limit is undone and fails with
+//! `CUDA_ERROR_OUT_OF_MEMORY`, as on a full GPU. Whatever escapes (no host PID yet, the runtime's
+//! own paths) is caught by the periodic reconciliation.
+
+use crate::ffi::*;
+use crate::hooks::cuda::{pfn, real};
+use crate::{driver, state, truth};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use vgpu_core::ledger::{Reservation, ReserveError};
+use vgpu_core::reconcile;
+use vgpu_core::region::{MAX_DEVICES, UsageKind};
+
+/// Region device of the current context (modules), or device 0 (context-independent libraries
+/// load onto the current device when there is one).
+fn region_dev() -> Option<usize> {
+    driver::current_ordinal().map(|o| state::get().region_index(o))
+}
+
+fn current_ctx() -> u64 {
+    driver::current_ctx() as u64
+}
+
+// ---- modules and libraries -----------------------------------------------------------------------
+
+fn module_loaded(what: &str, pm: *mut CUmodule, op: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(d) = region_dev().filter(|_| !pm.is_null()) else { return op() };
+    truth::measured(d, UsageKind::Module, current_ctx(), what, op, || unsafe { *pm } as u64, |k| {
+        if let Some(unload) = real::cuModuleUnload() {
+            unsafe { unload(k as CUmodule) };
+        }
+        unsafe { *pm = std::ptr::null_mut() };
+    })
+}
+
+fn library_loaded(what: &str, pl: *mut CUlibrary, op: impl FnOnce() -> CUresult) -> CUresult {
+    if pl.is_null() {
+        return op();
+    }
+    let d = region_dev().unwrap_or(0);
+    truth::measured(d, UsageKind::Module, 0, what, op, || unsafe { *pl } as u64, |k| {
+        if let Some(unload) = real::cuLibraryUnload() {
+            unsafe { unload(k as CUlibrary) };
+        }
+        unsafe { *pl = std::ptr::null_mut() };
+    })
+}
+
+/// A handle we counted driver memory for is gone.
+fn uncount(key: u64) {
+    let st = state::get();
+    if let Some(rec) = st.handles.remove(key) {
+        st.ledger.release(rec.dev, rec.kind, rec.bytes);
+    }
+}
+
+pub unsafe fn module_load(real: pfn::cuModuleLoad, pm: *mut CUmodule, fname: *const c_char) -> CUresult {
+    module_loaded("cuModuleLoad", pm, || unsafe { real(pm, fname) })
+}
+
+pub unsafe fn module_load_data(real: pfn::cuModuleLoadData, pm: *mut CUmodule, image: *const c_void) -> CUresult {
+    module_loaded("cuModuleLoadData", pm, || unsafe { real(pm, image) })
+}
+
+pub unsafe fn module_load_data_ex(
+    real: pfn::cuModuleLoadDataEx,
+    pm: *mut CUmodule,
+    image: *const c_void,
+    n: c_uint,
+    opts: *mut CUjit_option,
+    vals: *mut *mut c_void,
+) -> CUresult {
+    module_loaded("cuModuleLoadDataEx", pm, || unsafe { real(pm, image, n, opts, vals) })
+}
+
+pub unsafe fn module_load_fat_binary(real: pfn::cuModuleLoadFatBinary, pm: *mut CUmodule, fatbin: *const c_void) -> CUresult {
+    module_loaded("cuModuleLoadFatBinary", pm, || unsafe { real(pm, fatbin) })
+}
+
+pub unsafe fn module_unload(real: pfn::cuModuleUnload, m: CUmodule) -> CUresult {
+    let r = unsafe { real(m) };
+    if r == CUDA_SUCCESS {
+        uncount(m as u64);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn library_load_data(
+    real: pfn::cuLibraryLoadData,
+    pl: *mut CUlibrary,
+    code: *const c_void,
+    jo: *mut CUjit_option,
+    jv: *mut *mut c_void,
+    nj: c_uint,
+    lo: *mut CUlibraryOption,
+    lv: *mut *mut c_void,
+    nl: c_uint,
+) -> CUresult {
+    library_loaded("cuLibraryLoadData", pl, || unsafe { real(pl, code, jo, jv, nj, lo, lv, nl) })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn library_load_from_file(
+    real: pfn::cuLibraryLoadFromFile,
+    pl: *mut CUlibrary,
+    file: *const c_char,
+    jo: *mut CUjit_option,
+    jv: *mut *mut c_void,
+    nj: c_uint,
+    lo: *mut CUlibraryOption,
+    lv: *mut *mut c_void,
+    nl: c_uint,
+) -> CUresult {
+    library_loaded("cuLibraryLoadFromFile", pl, || unsafe { real(pl, file, jo, jv, nj, lo, lv, nl) })
+}
+
+pub unsafe fn library_unload(real: pfn::cuLibraryUnload, l: CUlibrary) -> CUresult {
+    let r = unsafe { real(l) };
+    if r == CUDA_SUCCESS {
+        uncount(l as u64);
+    }
+    r
+}
+
+// ---- context limits ------------------------------------------------------------------------------
+
+/// Handle-table key of (context, limit): context handles are at least 16-byte aligned user
+/// addresses, so bit 63 plus the limit in the low bits never collides with a real handle.
+fn limit_key(ctx: u64, limit: CUlimit) -> u64 {
+    (ctx & !0xF) | (1 << 63) | (limit as u64 & 0xF)
+}
+
+pub unsafe fn ctx_set_limit(real: pfn::cuCtxSetLimit, limit: CUlimit, value: usize) -> CUresult {
+    let memory_limit = matches!(limit, CU_LIMIT_STACK_SIZE | CU_LIMIT_PRINTF_FIFO_SIZE | CU_LIMIT_MALLOC_HEAP_SIZE);
+    let ctx = current_ctx();
+    let (true, Some(d), false) = (memory_limit, region_dev(), ctx == 0) else { return unsafe { real(limit, value) } };
+    let key = limit_key(ctx, limit);
+    let mut old: usize = 0;
+    let have_old = driver::cuCtxGetLimit().is_some_and(|g| unsafe { g(&mut old, limit) } == CUDA_SUCCESS);
+    let st = state::get();
+    // Raising takes what the driver's figure grew by (limit-checked); lowering gives back what it
+    // fell by, up to what this (context, limit) was charged.
+    let out = truth::with(Some(truth::REFUSAL_WAIT), |t| {
+        let before = truth::measure(t, d).ok();
+        let r = unsafe { real(limit, value) };
+        let (CUDA_SUCCESS, Some(b), Ok(a)) = (r, before, truth::measure(t, d)) else { return (r, false) };
+        let up = reconcile::measured_cost(b.truth, a.truth, b.counted_after, a.counted_before);
+        let down = reconcile::measured_cost(a.truth, b.truth, a.counted_before, b.counted_after);
+        let prev = st.handles.get(key).map_or(0, |p| p.bytes);
+        let rec = |bytes| vgpu_core::ledger::AllocRecord { dev: d, bytes, kind: UsageKind::Context, owner: ctx };
+        if up > 0 {
+            match st.ledger.reserve(d, up, UsageKind::Context, st.memory_limit(d)) {
+                Ok(res) => {
+                    res.commit();
+                    st.handles.insert(key, rec(prev + up));
+                    crate::debug!("cuCtxSetLimit({limit}, {value}): counted {up} driver-held bytes on device {d}");
+                }
+                Err(ReserveError::OverLimit(o)) => {
+                    crate::warn!("cuCtxSetLimit({limit}, {value}): the driver holds {up} bytes more for it on device {d}: {} used + {up} > {} limit; undone", o.usage, o.limit);
+                    return (CUDA_ERROR_OUT_OF_MEMORY, true);
+                }
+                Err(e) => crate::error!("cuCtxSetLimit: {e}; left to the reconciliation"),
+            }
+        } else if down > 0 && prev > 0 {
+            let give = down.min(prev);
+            st.ledger.release(d, UsageKind::Context, give);
+            if prev > give {
+                st.handles.insert(key, rec(prev - give));
+            } else {
+                st.handles.remove(key);
+            }
+        }
+        (r, false)
+    });
+    match out {
+        Some((r, undo)) => {
+            if undo && have_old {
+                unsafe { real(limit, old) };
+            }
+            r
+        }
+        None => unsafe { real(limit, value) },
+    }
+}
+
+// ---- graph memory --------------------------------------------------------------------------------
+
+/// Footprints of graphs with memory nodes (graph → bytes) and of their executables
+/// (exec → (bytes, CUDA ordinal)), the 2 MiB-rounded sums of their allocation nodes.
+#[derive(Default)]
+struct GraphBook {
+    graphs: HashMap<u64, u64>,
+    execs: HashMap<u64, (u64, CUdevice)>,
+}
+
+static GRAPHS: Mutex<Option<GraphBook>> = Mutex::new(None);
+/// Any executable with memory nodes exists: launches check nothing until then.
+static ANY_MEM_EXEC: AtomicBool = AtomicBool::new(false);
+/// Graph-pool bytes counted per region device (`data_size`: the application's graph allocations).
+static GRAPH_HELD: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+const GRANULE: u64 = 2 << 20;
+
+fn book<R>(f: impl FnOnce(&mut GraphBook) -> R) -> R {
+    f(GRAPHS.lock().get_or_insert_with(GraphBook::default))
+}
+
+pub unsafe fn graph_add_mem_alloc_node(
+    real: pfn::cuGraphAddMemAllocNode,
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    let r = unsafe { real(node, graph, deps, n, params) };
+    if r == CUDA_SUCCESS && !params.is_null() {
+        let bytes = (unsafe { (*params).bytesize } as u64).div_ceil(GRANULE) * GRANULE;
+        book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+    }
+    r
+}
+
+pub unsafe fn graph_instantiate(real: pfn::cuGraphInstantiateWithFlags, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
+    let r = unsafe { real(exec, graph, flags) };
+    if r == CUDA_SUCCESS && !exec.is_null() {
+        let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
+        if bytes > 0
+            && let Some(o) = driver::current_ordinal()
+        {
+            book(|b| b.execs.insert(unsafe { *exec } as u64, (bytes, o)));
+            ANY_MEM_EXEC.store(true, Ordering::Release);
+        }
+    }
+    r
+}
+
+pub unsafe fn graph_exec_destroy(real: pfn::cuGraphExecDestroy, exec: CUgraphExec) -> CUresult {
+    let r = unsafe { real(exec) };
+    if r == CUDA_SUCCESS && ANY_MEM_EXEC.load(Ordering::Acquire) {
+        book(|b| b.execs.remove(&(exec as u64)));
+    }
+    r
+}
+
+/// The driver's graph pool of CUDA ordinal `o` (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`).
+fn pool_reserved(o: CUdevice) -> Option<u64> {
+    let f = driver::cuDeviceGetGraphMemAttribute()?;
+    let mut v: u64 = 0;
+    (unsafe { f(o, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// Bring the graph-pool charge of ordinal `o` to what the driver reports.
+fn sync_pool(o: CUdevice) {
+    let Some(now) = pool_reserved(o) else { return };
+    let st = state::get();
+    let d = st.region_index(o);
+    let held = GRAPH_HELD[d].load(Ordering::Acquire);
+    if now > held {
+        if let Ok(res) = st.ledger.reserve(d, now - held, UsageKind::Data, 0) {
+            res.commit();
+            GRAPH_HELD[d].fetch_add(now - held, Ordering::AcqRel);
+        }
+    } else if now < held {
+        st.ledger.release(d, UsageKind::Data, held - now);
+        GRAPH_HELD[d].fetch_sub(held - now, Ordering::AcqRel);
+    }
+}
+
+/// Before a graph launch: an executable with memory nodes may grow the graph pool by its footprint
+/// beyond what the pool holds now; reserve that against the limit (refused: the launch is not made).
+pub struct PoolGrowth {
+    ordinal: CUdevice,
+    res: Option<Reservation<'static, 'static>>,
+}
+
+pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUresult> {
+    if !ANY_MEM_EXEC.load(Ordering::Acquire) {
+        return Ok(None);
+    }
+    let Some((bytes, o)) = book(|b| b.execs.get(&(exec as u64)).copied()) else { return Ok(None) };
+    let reserved = pool_reserved(o).unwrap_or(0);
+    let growth = bytes.saturating_sub(reserved);
+    if growth == 0 {
+        return Ok(Some(PoolGrowth { ordinal: o, res: None }));
+    }
+    let st = state::get();
+    let d = st.region_index(o);
+    let limit = st.memory_limit(d);
+    let mut r = st.ledger.reserve(d, growth, UsageKind::Data, limit);
+    if matches!(r, Err(ReserveError::OverLimit(_))) && truth::before_refusal(d) {
+        r = st.ledger.reserve(d, growth, UsageKind::Data, limit);
+    }
+    match r {
+        Ok(res) => Ok(Some(PoolGrowth { ordinal: o, res: Some(res) })),
+        Err(ReserveError::OverLimit(o)) => {
+            crate::warn!("cuGraphLaunch: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; not launched", o.usage, o.limit);
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        }
+        Err(e) => {
+            crate::error!("cuGraphLaunch: {e}");
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        }
+    }
+}
+
+/// After it: the reservation becomes the pool charge, settled on the driver's figure.
+pub fn graph_launch_end(g: Option<PoolGrowth>, r: CUresult) {
+    let Some(g) = g else { return };
+    if let Some(res) = g.res {
+        if r != CUDA_SUCCESS {
+            return; // dropped: rolled back
+        }
+        let (d, b) = (res.dev(), res.bytes());
+        res.commit();
+        GRAPH_HELD[d].fetch_add(b, Ordering::AcqRel);
+    }
+    sync_pool(g.ordinal);
+}
+
+/// Periodic (truth tick): the driver may give a graph pool back on its own (its device's last
+/// context went); settle the charge on its figure.
+pub fn tick(d: usize) {
+    if GRAPH_HELD[d].load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let st = state::get();
+    let ordinals: Vec<CUdevice> =
+        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    for o in ordinals {
+        sync_pool(o);
+    }
+}
+
+/// In a forked child: none of the parent's graphs, pools or charges exist here.
+pub fn fork_child() {
+    if GRAPHS.is_locked() {
+        // SAFETY: the child has one thread; the holder does not exist in it.
+        unsafe { GRAPHS.force_unlock() };
+    }
+    if POOLS.is_locked() {
+        // SAFETY: as above.
+        unsafe { POOLS.force_unlock() };
+    }
+    *GRAPHS.lock() = None;
+    POOLS.lock().clear();
+    ANY_MEM_EXEC.store(false, Ordering::Release);
+    for h in &GRAPH_HELD {
+        h.store(0, Ordering::Relaxed);
+    }
+}
+
+pub unsafe fn device_graph_mem_trim(real: pfn::cuDeviceGraphMemTrim, dev: CUdevice) -> CUresult {
+    let r = unsafe { real(dev) };
+    if r == CUDA_SUCCESS {
+        sync_pool(dev);
+    }
+    r
+}
+
+// ---- stream-ordered pools --------------------------------------------------------------------------
+
+/// Pools the application created (pool → CUDA ordinal): their unused reserve is explained memory.
+static POOLS: Mutex<Vec<(u64, CUdevice)>> = Mutex::new(Vec::new());
+
+pub unsafe fn mem_pool_create(real: pfn::cuMemPoolCreate, pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
+    let r = unsafe { real(pool, props) };
+    if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
+        let p = unsafe { &*props };
+        if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            POOLS.lock().push((unsafe { *pool } as u64, p.location.id));
+        }
+    }
+    r
+}
+
+pub unsafe fn mem_pool_destroy(real: pfn::cuMemPoolDestroy, pool: CUmemoryPool) -> CUresult {
+    let r = unsafe { real(pool) };
+    if r == CUDA_SUCCESS {
+        POOLS.lock().retain(|e| e.0 != pool as u64);
+    }
+    r
+}
+
+fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
+    let f = driver::cuMemPoolGetAttribute()?;
+    let mut v: u64 = 0;
+    (unsafe { f(pool, attr as _, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// Unused reserve (reserved − used) of the pools of region device `d`: the default and current
+/// pool of each CUDA ordinal mapped to `d`, and the pools the application created there.
+pub fn pool_slack(d: usize) -> u64 {
+    let st = state::get();
+    let ordinals: Vec<CUdevice> =
+        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    let mut pools: Vec<u64> = POOLS.lock().iter().filter(|e| ordinals.contains(&e.1)).map(|e| e.0).collect();
+    for &o in &ordinals {
+        for get in [driver::cuDeviceGetDefaultMemPool(), driver::cuDeviceGetMemPool()].into_iter().flatten() {
+            let mut p: CUmemoryPool = std::ptr::null_mut();
+            if unsafe { get(&mut p, o) } == CUDA_SUCCESS && !p.is_null() {
+                pools.push(p as u64);
+            }
+        }
+    }
+    pools.sort_unstable();
+    pools.dedup();
+    pools
+        .into_iter()
+        .filter_map(|p| {
+            let p = p as CUmemoryPool;
+            Some(pool_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?.saturating_sub(pool_attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?))
+        })
+        .sum()
+}

@@ -1,0 +1,333 @@
+//! Driver-held memory, shim side (docs/design.md "Driver-held memory (truth)"): reads NVML's
+//! per-process `usedGpuMemory` for our host PID ("truth") and our ledger count together, and keeps
+//! the part the ledger did not count charged to our slot as `context_size`
+//! ([`vgpu_core::reconcile`]). Runs from [`tick`] (the watcher thread, at most every 250 ms per
+//! device while CUDA is active) and from [`before_refusal`] (the allocation path, once per refusal).
+//! While our host PID is unknown the same readings feed the memory correlator
+//! ([`vgpu_core::hostpid`]), every 100 ms, so a context created out of our sight still gets its PID.
+//!
+//! One per-process mutex serialises readings with the up-front measurements of `driver_costs`
+//! (a module load measured while the tick reads would be counted twice). The tick never waits for
+//! it; the refusal path waits at most [`REFUSAL_WAIT`].
+
+use crate::{compute, driver, state};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use vgpu_core::hostpid::{MemCorrelator, Sample};
+use vgpu_core::ledger::ReserveError;
+use vgpu_core::reconcile::{self, NoTruth, Reading, Step};
+use vgpu_core::region::{MAX_DEVICES, UsageKind};
+
+const EVERY_NS: u64 = 250_000_000;
+/// `usedGpuMemory` when NVML has no per-process figure (`NVML_VALUE_NOT_AVAILABLE`).
+const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+const RESOLVE_EVERY_NS: u64 = 100_000_000;
+pub const REFUSAL_WAIT: Duration = Duration::from_millis(200);
+
+#[derive(Default)]
+pub struct DevTruth {
+    /// Bytes our reconciliation holds in the ledger (`context_size`).
+    held: u64,
+    next: u64,
+    nvml: usize,
+    nvml_tried: bool,
+    corr: MemCorrelator,
+    /// Last truth read (diagnostics).
+    last_truth: Option<u64>,
+}
+
+pub struct Truth {
+    pid: i32,
+    devs: [DevTruth; MAX_DEVICES],
+}
+
+static TRUTH: Mutex<Option<Truth>> = Mutex::new(None);
+/// Held bytes per device, readable without the lock (diagnostics, logs).
+static HELD: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// Reconciliation steps taken (diagnostics).
+pub static STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// Run `f` with this process's truth state (fresh after a fork), waiting at most `wait`
+/// (None: never wait). `None` when busy.
+pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Option<R> {
+    let mut g = match wait {
+        None => TRUTH.try_lock()?,
+        Some(w) => TRUTH.try_lock_for(w)?,
+    };
+    let pid = state::get().pid;
+    if g.as_ref().is_none_or(|t| t.pid != pid) {
+        for h in &HELD {
+            h.store(0, Ordering::Relaxed);
+        }
+        *g = Some(Truth { pid, devs: Default::default() });
+    }
+    Some(f(g.as_mut().expect("set above")))
+}
+
+/// In a forked child: the parent's watcher may have held the lock at the fork.
+pub fn fork_child() {
+    if TRUTH.is_locked() {
+        // SAFETY: the child has one thread; the holder does not exist in it.
+        unsafe { TRUTH.force_unlock() };
+    }
+    crate::driver_costs::fork_child();
+}
+
+/// CUDA is initialised in this process: make sure the watcher (which calls [`tick`]) runs, so a
+/// context created out of our sight still gets a host PID and its memory reconciled.
+pub fn cuda_initialised() {
+    crate::guard::ffi("truth::cuda_initialised", (), || {
+        let _ = compute::get();
+    })
+}
+
+fn now_ns() -> u64 {
+    compute::mono_ns()
+}
+
+/// Our host PID as NVML reports it on region device `d`, once someone resolved it.
+fn host_pid(d: usize) -> Option<u32> {
+    if let Some(c) = compute::try_get()
+        && let Some(h) = c.devs[d].ctl.lock().hostpid
+    {
+        return Some(h);
+    }
+    let st = state::get();
+    st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
+}
+
+struct Raw {
+    before: u64,
+    procs: Vec<(u32, u64)>,
+    explained: u64,
+    after: u64,
+}
+
+/// One consistent (own before, NVML list, allowance, own after) reading of region device `d`: the
+/// allowance is read inside the window too, so a stable reading has all four from one moment.
+fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
+    let st = state::get();
+    if !dt.nvml_tried {
+        dt.nvml_tried = true;
+        dt.nvml = driver::nvml_handle(d).map_or(0, |h| h as usize);
+    }
+    if dt.nvml == 0 {
+        return Err(NoTruth::Nvml);
+    }
+    let h = dt.nvml as crate::ffi::nvmlDevice_t;
+    let mut last = None;
+    for _ in 0..3 {
+        let before = st.ledger.own_usage(d);
+        let procs = driver::nvml_processes(h).ok_or(NoTruth::Nvml)?;
+        let explained = allowance(d);
+        let after = st.ledger.own_usage(d);
+        let stable = before == after;
+        last = Some(Raw { before, procs, explained, after });
+        if stable {
+            break;
+        }
+    }
+    Ok(last.expect("loop ran"))
+}
+
+/// Driver-held bytes on region device `d` that the ledger explains without counting them: the
+/// rounding of every counted data allocation and the unused reserve of stream-ordered pools.
+/// (Walks the allocation tables: O(allocations), every 250 ms at most.)
+fn allowance(d: usize) -> u64 {
+    let st = state::get();
+    let round = |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
+    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(crate::driver_costs::pool_slack(d))
+}
+
+/// (truth, counted) of region device `d` now, if measurable.
+pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
+    let hp = host_pid(d).ok_or(NoTruth::PidUnresolved)?;
+    let dt = &mut t.devs[d];
+    let Raw { before, procs, explained, after } = read(dt, d)?;
+    let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
+    if truth == NVML_VALUE_NOT_AVAILABLE {
+        return Err(NoTruth::Mig); // MIG (and WDDM) report no per-process figure
+    }
+    dt.last_truth = Some(truth);
+    Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained })
+}
+
+fn note_no_truth(d: usize, why: NoTruth) {
+    match why {
+        NoTruth::PidUnresolved => crate::once!(
+            info,
+            "driver-held memory: {why} yet on device {d}; the limit applies to what was counted until it is"
+        ),
+        _ => crate::once!(info, "driver-held memory is not reconciled on device {d}: {why}; the limit applies to what was counted"),
+    }
+}
+
+/// Reconcile region device `d` once. Returns the step applied.
+pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
+    let r = measure(t, d)?;
+    let st = state::get();
+    let dt = &mut t.devs[d];
+    let step = reconcile::step(&r, dt.held);
+    match step {
+        Step::Keep => {}
+        Step::Charge(b) => match st.ledger.reserve(d, b, UsageKind::Context, 0) {
+            Ok(res) => {
+                res.commit();
+                dt.held += b;
+                vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), d, b);
+            }
+            Err(e) => {
+                crate::debug!("truth: cannot charge {b} driver-held bytes on device {d}: {e}");
+                return Ok(Step::Keep);
+            }
+        },
+        Step::Release(b) => {
+            st.ledger.release(d, UsageKind::Context, b);
+            dt.held -= b;
+        }
+    }
+    if step != Step::Keep {
+        STEPS.fetch_add(1, Ordering::Relaxed);
+        crate::debug!(
+            "truth: device {d}: driver holds {} bytes, counted {} (+{} explained) → reconciliation holds {} ({step:?})",
+            r.truth,
+            r.counted_after,
+            r.allowance,
+            dt.held
+        );
+    }
+    HELD[d].store(dt.held, Ordering::Relaxed);
+    Ok(step)
+}
+
+/// Feed the memory correlator of region device `d` (host PID unknown). Claims the PID when found.
+fn correlate(t: &mut Truth, d: usize) {
+    let Some(c) = compute::try_get() else { return };
+    let dt = &mut t.devs[d];
+    let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
+    procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
+    let oth = compute::watcher::others(c, None);
+    let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
+    let Some(hp) = dt.corr.observe(&s) else { return };
+    let mut ctl = c.devs[d].ctl.lock();
+    if ctl.hostpid.is_some() {
+        return;
+    }
+    ctl.pids.adopt(hp);
+    ctl.hostpid = Some(hp);
+    ctl.corr.reset();
+    drop(ctl);
+    compute::watcher::claim(c, d, hp);
+    crate::info!("host pid {hp} found by memory correlation on device {d} (context created out of sight)");
+}
+
+/// Is CUDA active on region device `d` in this process (something counted, or a context seen)?
+fn active(d: usize) -> bool {
+    let st = state::get();
+    if st.ledger.own_usage(d) > 0 {
+        if let Some(c) = compute::try_get() {
+            // The compute side's NVML work (sm_util, host-PID evidence) follows memory activity.
+            c.devs[d].active.store(true, Ordering::Relaxed);
+        }
+        return true;
+    }
+    compute::try_get().is_some_and(|c| c.devs[d].active.load(Ordering::Relaxed))
+}
+
+/// The periodic reconciliation (from the compute watcher, which every CUDA process runs from
+/// `cuInit` on). Never blocks: skipped while an up-front measurement holds the lock.
+pub fn tick() {
+    if state::try_get().is_none() {
+        return;
+    }
+    let now = now_ns();
+    let _ = with(None, |t| {
+        for d in 0..MAX_DEVICES {
+            if now < t.devs[d].next || !active(d) {
+                continue;
+            }
+            let resolved = host_pid(d).is_some();
+            t.devs[d].next = now + if resolved { EVERY_NS } else { RESOLVE_EVERY_NS };
+            if !resolved {
+                correlate(t, d);
+            }
+            crate::driver_costs::tick(d);
+            if let Err(why) = reconcile(t, d) {
+                note_no_truth(d, why);
+            }
+        }
+    });
+}
+
+/// The allocation path is about to refuse on region device `d`: reconcile first. True when the
+/// reconciliation gave bytes back (the caller then checks again).
+pub fn before_refusal(d: usize) -> bool {
+    crate::guard::ffi("truth::before_refusal", false, || {
+        with(Some(REFUSAL_WAIT), |t| matches!(reconcile(t, d), Ok(Step::Release(_)))).unwrap_or(false)
+    })
+}
+
+/// Up-front measurement of one driver operation on region device `d` that makes the driver hold
+/// memory (`op`: the real call). Its cost (NVML before/after, less our own counting meanwhile) is
+/// charged as `kind` against the limit and recorded under `key()` in the handle table (owner
+/// `owner`, so a context teardown gives it back). A cost over the limit runs `undo(key)` and
+/// returns `CUDA_ERROR_OUT_OF_MEMORY`. Without a usable truth the operation just runs (the
+/// periodic reconciliation catches up once our host PID is known).
+pub fn measured(
+    d: usize,
+    kind: UsageKind,
+    owner: u64,
+    what: &str,
+    op: impl FnOnce() -> crate::ffi::CUresult,
+    key: impl FnOnce() -> u64,
+    undo: impl FnOnce(u64),
+) -> crate::ffi::CUresult {
+    use crate::ffi::*;
+    let st = state::get();
+    let mut undo_key = None;
+    let mut op = Some(op);
+    let r = with(Some(REFUSAL_WAIT), |t| {
+        let before = measure(t, d).ok();
+        let r = op.take().expect("run once")();
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        let k = key();
+        let (Some(b), Ok(a)) = (before, measure(t, d)) else { return r };
+        let cost = reconcile::measured_cost(b.truth, a.truth, b.counted_after, a.counted_before);
+        if cost == 0 {
+            return r;
+        }
+        let limit = st.memory_limit(d);
+        let res = match st.ledger.reserve(d, cost, kind, limit) {
+            Ok(res) => res,
+            Err(ReserveError::OverLimit(o)) => {
+                crate::warn!("{what}: the driver holds {cost} bytes for it on device {d}: {} used + {cost} > {} limit; undone", o.usage, o.limit);
+                undo_key = Some(k);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            Err(e) => {
+                crate::error!("{what}: {e}; its {cost} bytes are left to the reconciliation");
+                return r;
+            }
+        };
+        res.commit();
+        let rec = vgpu_core::ledger::AllocRecord { dev: d, bytes: cost, kind, owner };
+        if let Some(stale) = st.handles.insert(k, rec) {
+            st.ledger.release(stale.dev, stale.kind, stale.bytes);
+        }
+        crate::debug!("{what}: counted {cost} driver-held bytes on device {d} (key {k:#x})");
+        r
+    });
+    let r = match (r, op.take()) {
+        (Some(r), _) => r,
+        // Lock busy for long (another measurement stuck in the driver): run uncounted up front.
+        (None, Some(op)) => op(),
+        (None, None) => CUDA_ERROR_UNKNOWN,
+    };
+    if let Some(k) = undo_key {
+        undo(k);
+    }
+    r
+}
