@@ -13,6 +13,7 @@ use vgpu_core::ledger::{AllocTable, Ledger};
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::regionfile::{Region, RegionInit};
 use vgpu_core::slots;
+use vgpu_core::sync::Mutex;
 
 pub struct State {
     pub config: Config,
@@ -32,7 +33,7 @@ pub struct State {
     /// Handle of each device's primary context (to release what dies with it).
     pub primary_ctx: [AtomicU64; MAX_DEVICES],
     /// Mappings of counted VMM handles (memory stays allocated until released AND unmapped).
-    pub vmm: parking_lot::Mutex<crate::memory::VmmBook>,
+    pub vmm: Mutex<crate::memory::VmmBook>,
 }
 
 const UNINIT: u8 = 0;
@@ -100,7 +101,7 @@ fn build() -> State {
         primary_refs: Default::default(),
         primary_bytes: Default::default(),
         primary_ctx: Default::default(),
-        vmm: parking_lot::Mutex::new(Default::default()),
+        vmm: Mutex::new(Default::default()),
     }
 }
 
@@ -210,8 +211,12 @@ extern "C" fn on_exit() {
 }
 
 /// The child owns none of the parent's allocations or slot: forget the state (leaked, the parent
-/// still uses its copy) so the child builds its own lazily.
+/// still uses its copy) so the child builds its own lazily. Runs on the only thread of the child,
+/// which was not inside the shim (the application forked), so every lock held at the fork belongs
+/// to a thread that does not exist here: per-process objects are abandoned, never locked
+/// (docs/design.md "Fork").
 extern "C" fn on_fork_child() {
+    vgpu_core::regionfile::after_fork_in_child();
     if let Some(old) = try_get() {
         if let Some(r) = old.region {
             // Drop our copy of the parent's lock description: if the parent died holding the

@@ -21,7 +21,7 @@ use crate::lock::LockError;
 use crate::region::{UsageKind, MAX_DEVICES};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 

@@ -10,6 +10,7 @@ pub mod lock;
 pub mod region;
 pub mod regionfile;
 pub mod slots;
+pub mod sync;
 pub mod views;
 
 #[cfg(test)]

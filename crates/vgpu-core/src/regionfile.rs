@@ -146,6 +146,12 @@ static ATTACH_MUTEX: PidMutex = PidMutex::new();
 
 const ATTACH_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// In a forked child (atfork child handler): a parent thread may have been attaching at the
+/// fork; it does not exist here, so its hold on the attach mutex is dropped.
+pub fn after_fork_in_child() {
+    ATTACH_MUTEX.reset_after_fork();
+}
+
 fn cpath(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
