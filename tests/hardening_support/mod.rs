@@ -29,7 +29,11 @@ fn build(out: &str, sources: &[&str], args: &[&str]) -> Result<PathBuf, String> 
     let srcs: Vec<PathBuf> = sources.iter().map(|s| cdir.join(s)).collect();
     let target = a.bin.join(out);
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let Some(t) = mtime(&target) {
+    // The command line is part of the cache key (a changed flag must rebuild).
+    let stamp = a.bin.join(format!(".{out}.args"));
+    let key = format!("{sources:?} {args:?}");
+    let same_args = std::fs::read_to_string(&stamp).is_ok_and(|k| k == key);
+    if let (Some(t), true) = (mtime(&target), same_args) {
         let mut deps = srcs.clone();
         deps.push(cdir.join("cuda_min.h"));
         deps.push(a.simlib.join("libcuda.so"));
@@ -59,5 +63,6 @@ fn build(out: &str, sources: &[&str], args: &[&str]) -> Result<PathBuf, String> 
         return Err(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     }
     std::fs::rename(&tmp, &target).map_err(|e| format!("rename: {e}"))?;
+    let _ = std::fs::write(&stamp, key);
     Ok(target)
 }
