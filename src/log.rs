@@ -33,6 +33,9 @@ fn read_level() -> i32 {
 
 fn parse_level(s: &[u8]) -> i32 {
     let s = std::str::from_utf8(s).unwrap_or("").trim();
+    if s.is_empty() {
+        return 2; // set but empty = unset
+    }
     match s.parse::<i32>() {
         Ok(v) if v >= 0 => v.min(10),
         // Malformed: keep the default; said once, at warning level.

@@ -111,6 +111,9 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
             for w in &report.warnings {
                 crate::warn!("{w}");
             }
+            if report.created {
+                warn_if_created_unlimited(&region, config);
+            }
             let region: &'static Region = region.leak();
             let has_slot = match slots::attach(region, pid) {
                 Ok(_) => true,
@@ -125,6 +128,25 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
             crate::error!("{e}; running with process-local accounting (limits from the environment still apply to this process)");
             (None, Ledger::local())
         }
+    }
+}
+
+/// A region created without any memory limit makes every process of the container unlimited.
+/// If PID 1's environment (the device plugin's) has a limit, the creator's environment lost it:
+/// say so (issue 9 §6).
+fn warn_if_created_unlimited(region: &Region, config: &Config) {
+    if (0..MAX_DEVICES).any(|d| region.limit(d) != 0) {
+        return;
+    }
+    let Some(pid1) = vgpu_core::config::pid1_memory_limits(&vgpu_core::config::SystemSources) else { return };
+    if let Some(d) = (0..MAX_DEVICES).find(|&d| pid1[d] != 0) {
+        crate::warn!(
+            "region {} created without a memory limit, but the container's PID 1 environment limits device {d} to {} bytes: \
+             this process's environment ({:?}) has no CUDA_DEVICE_MEMORY_LIMIT, so the whole container is unlimited until the region is recreated",
+            config.region_path.display(),
+            pid1[d],
+            config.origin
+        );
     }
 }
 
