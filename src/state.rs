@@ -106,7 +106,27 @@ fn build() -> State {
 }
 
 fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
-    match Region::open(&config.region_path, &RegionInit::from_config(config)) {
+    use vgpu_core::regionplace::{Placed, fallback_paths, open_placed};
+    let fallbacks = fallback_paths(&config.region_path, unsafe { libc::getuid() });
+    let placed = match open_placed(&config.region_path, &RegionInit::from_config(config), &fallbacks, pid) {
+        Placed::Configured(region, report) => Ok((region, report)),
+        Placed::Fallback { region, report, cause } => {
+            match cause {
+                Some(e) => crate::error!(
+                    "{e}; this container's processes share the fallback region {} instead (the memory limit holds across them; the node monitor does not see it)",
+                    region.path().display()
+                ),
+                None => crate::warn!(
+                    "live processes of this container use the fallback region {}: joining them instead of {}",
+                    region.path().display(),
+                    config.region_path.display()
+                ),
+            }
+            Ok((region, report))
+        }
+        Placed::Nowhere(e, others) => Err((e, others)),
+    };
+    match placed {
         Ok((region, report)) => {
             for w in &report.warnings {
                 crate::warn!("{w}");
@@ -124,10 +144,35 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
             };
             (Some(region), Ledger::shared(region, pid, has_slot))
         }
-        Err(e) => {
-            crate::error!("{e}; running with process-local accounting (limits from the environment still apply to this process)");
+        Err((e, others)) => {
+            let why: Vec<String> = others.iter().map(|e| e.to_string()).collect();
+            crate::error!(
+                "{e}; no shared fallback region either{}: the memory limit is now enforced per process, not across the container",
+                if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) }
+            );
             (None, Ledger::local())
         }
+    }
+}
+
+/// Periodic region upkeep, off the hot path (every ~250 ms from a shim thread): the region's path
+/// still names our region, else it is linked back (issue 9 §4; vgpu_core::regionplace).
+pub fn region_tick() {
+    use vgpu_core::regionplace::Published;
+    let Some(r) = try_get().and_then(|s| s.region) else { return };
+    match r.republish() {
+        Published::Relinked => crate::warn!("region file {} had been deleted: linked it back (same region, no usage lost)", r.path().display()),
+        Published::Lost => crate::once!(
+            error,
+            "region file {} was deleted with every link to it: processes started from now on cannot see this process's usage, so the container limit is split",
+            r.path().display()
+        ),
+        Published::Replaced => crate::once!(
+            error,
+            "region path {} now holds a different region file: this process's usage is not counted there, so the container limit is split",
+            r.path().display()
+        ),
+        Published::Yes | Published::Unknown => {}
     }
 }
 

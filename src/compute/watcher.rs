@@ -17,6 +17,8 @@ const SAMPLE_POLL: Duration = Duration::from_millis(1);
 const IDLE_POLL: Duration = Duration::from_millis(20);
 const CONTROL_EVERY_NS: u64 = 20_000_000;
 const NVML_EVERY_NS: u64 = 250_000_000;
+/// Region upkeep (deleted region file); to move into the shared housekeeping tick.
+const REGION_EVERY_NS: u64 = 250_000_000;
 
 /// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
 /// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
@@ -66,6 +68,7 @@ struct NvmlDev {
 fn run(c: &'static Compute) {
     api::relax_capture_mode();
     let mut next_ctl = 0u64;
+    let mut next_region = 0u64;
     let mut nv = [NvmlDev::default(); MAX_DEVICES];
     loop {
         if c.stop.load(Ordering::Acquire) || !std::ptr::eq(super::try_get().map_or(std::ptr::null(), |p| p as *const _), c) {
@@ -76,6 +79,10 @@ fn run(c: &'static Compute) {
         if now >= next_ctl {
             c.refresh_control();
             next_ctl = now + CONTROL_EVERY_NS;
+        }
+        if now >= next_region {
+            crate::state::region_tick();
+            next_region = now + REGION_EVERY_NS;
         }
         for (d, n) in nv.iter_mut().enumerate() {
             if c.devs[d].active.load(Ordering::Relaxed) && now >= n.next {

@@ -9,6 +9,7 @@ pub mod limits;
 pub mod lock;
 pub mod region;
 pub mod regionfile;
+pub mod regionplace;
 pub mod slots;
 pub mod sync;
 pub mod views;

@@ -198,6 +198,11 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool), RegionError> {
             Some(libc::EISDIR) => return Err(RegionError::IsDirectory { path: path.into() }),
             _ => return Err(RegionError::Open { path: path.into(), source: e }),
         }
+        // Deleted while its processes live on? Link the same inode back instead of starting a
+        // fresh region that would not see their usage (regionplace, "Anchor link").
+        if crate::regionplace::relink_from_anchor(path) {
+            continue;
+        }
         match create_via_tmpfile(path, &c) {
             Created::Yes(fd) => return Ok((fd, true)),
             Created::Exists => continue,
@@ -406,6 +411,7 @@ impl Region {
             report.created = true;
         }
         region.shared().last_kernel_time.store(now_unix_secs(), Ordering::Relaxed);
+        crate::regionplace::ensure_anchor(raw, path);
         Ok((region, report))
     }
 
