@@ -146,10 +146,12 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
         }
         Err((e, others)) => {
             let why: Vec<String> = others.iter().map(|e| e.to_string()).collect();
-            crate::error!(
-                "{e}; no shared fallback region either{}: the memory limit is now enforced per process, not across the container",
-                if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) }
-            );
+            let fallback = if why.is_empty() {
+                "the region is busy, not unusable, so no fallback was tried".to_string()
+            } else {
+                format!("no shared fallback region either ({})", why.join("; "))
+            };
+            crate::error!("{e}; {fallback}: the memory limit is now enforced per process, not across the container");
             (None, Ledger::local())
         }
     }

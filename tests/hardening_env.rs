@@ -37,6 +37,9 @@ fn in_pid_namespace(sb: &Sandbox, pid1_env: &[(&str, &str)], script: &str) -> Ou
 /// 600 MiB fit; a second process's 600 MiB do not.
 #[test]
 fn empty_limit_in_the_creating_process_takes_pid1s_limit() {
+    if !hardening_support::root_namespaces_or_skip("empty_limit_in_the_creating_process_takes_pid1s_limit") {
+        return;
+    }
     let sb = Sandbox::new("env-empty");
     let script = r#"
         export CUDA_DEVICE_MEMORY_SHARED_CACHE="$REGION"
@@ -59,6 +62,9 @@ fn empty_limit_in_the_creating_process_takes_pid1s_limit() {
 /// the region is unlimited (the environment is the user's), and that is logged as a warning.
 #[test]
 fn region_created_unlimited_while_pid1_has_a_limit_is_warned() {
+    if !hardening_support::root_namespaces_or_skip("region_created_unlimited_while_pid1_has_a_limit_is_warned") {
+        return;
+    }
     let sb = Sandbox::new("env-unlimited");
     let script = r#"
         unset CUDA_DEVICE_MEMORY_LIMIT

@@ -129,6 +129,9 @@ fn corrupt_content() {
 /// Another user's file, mode 0600: processes of uid 1000 cannot open it.
 #[test]
 fn other_users_private_file() {
+    if !hardening_support::root_namespaces_or_skip("other_users_private_file") {
+        return;
+    }
     use std::os::unix::fs::PermissionsExt;
     let sb = Sandbox::new("reg-foreign-user");
     std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -145,6 +148,9 @@ fn other_users_private_file() {
 /// The region's directory is read-only (a read-only bind mount in a private mount namespace).
 #[test]
 fn read_only_file_system() {
+    if !hardening_support::root_namespaces_or_skip("read_only_file_system") {
+        return;
+    }
     let sb = Sandbox::new("reg-ro");
     let ro = sb.subdir("ro");
     let pre = format!("mount --bind {0} {0} && mount -o remount,bind,ro {0} || exit 90", ro.display());
@@ -157,6 +163,9 @@ fn read_only_file_system() {
 /// The region's file system is full (a 512 KiB tmpfs): the file cannot reach its size.
 #[test]
 fn full_file_system() {
+    if !hardening_support::root_namespaces_or_skip("full_file_system") {
+        return;
+    }
     let sb = Sandbox::new("reg-full");
     let full = sb.subdir("full");
     let pre = format!("mount -t tmpfs -o size=512k vgpu-full {} || exit 90", full.display());
@@ -169,6 +178,9 @@ fn full_file_system() {
 /// and each process says so in one ERROR line.
 #[test]
 fn nothing_shareable_is_said_once_per_process() {
+    if !hardening_support::root_namespaces_or_skip("nothing_shareable_is_said_once_per_process") {
+        return;
+    }
     let sb = Sandbox::new("reg-nowhere");
     let ro = sb.subdir("ro");
     let pre = format!(
