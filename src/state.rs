@@ -164,6 +164,11 @@ pub fn region_tick() {
     let Some(r) = try_get().and_then(|s| s.region) else { return };
     match r.republish() {
         Published::Relinked => crate::warn!("region file {} had been deleted: linked it back (same region, no usage lost)", r.path().display()),
+        Published::Copied => crate::error!(
+            "region file {} was deleted with every link to it: published a copy (this container's usage as of now) so that processes started from now on still count it; \
+             later changes are not shared between this process and them, so the container limit is split",
+            r.path().display()
+        ),
         Published::Lost => crate::once!(
             error,
             "region file {} was deleted with every link to it: processes started from now on cannot see this process's usage, so the container limit is split",

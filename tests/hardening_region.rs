@@ -233,3 +233,38 @@ fn deleted_region_keeps_the_container_limit() {
     let f: Vec<&str> = r.split_whitespace().collect();
     assert_eq!((f.len(), f[1], f[3]), (4, f[3], f[3]), "the live processes linked the same file back: {}", out.dump());
 }
+
+/// §4, worst case: the region and its hidden link are both deleted. The first live process to
+/// notice publishes a copy with the container's usage as of then: a process started afterwards
+/// still counts the 600 MiB held (its 600 MiB are refused), and the split is reported.
+#[test]
+fn region_deleted_with_every_link_is_republished_as_a_copy() {
+    let sb = Sandbox::new("reg-rm-all");
+    let script = r#"
+        R="$CUDA_DEVICE_MEMORY_SHARED_CACHE"; A="$(dirname "$R")/.$(basename "$R").vgpu-link"
+        "$PROG" 600 go > one.out 2> one.err &
+        for i in $(seq 1 3000); do grep -q rc= one.out 2>/dev/null && break; sleep 0.01; done
+        [ -e "$A" ] || echo "no anchor"
+        rm "$R" "$A"
+        for i in $(seq 1 500); do [ -e "$R" ] && break; sleep 0.01; done
+        "$PROG" 600 > two.out 2> two.err
+        touch go; wait
+        for f in one two; do echo "$f: $(cat $f.out)"; done; cat *.err >&2
+    "#;
+    let out = sb
+        .run("/bin/sh")
+        .args(["-c", script])
+        .shim(true)
+        .env("PROG", alloc_hold())
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .env("VGPU_SIM_CTX_MIB", "2")
+        .timeout_secs(60)
+        .go();
+    out.ok();
+    assert!(!out.stdout.contains("no anchor"), "{}", out.dump());
+    let line = |k: &str| out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string();
+    assert!(line("one:").contains("rc=0 "), "{}", out.dump());
+    assert!(line("two:").contains("rc=2 "), "the copy carries the 600 MiB: {}", out.dump());
+    let copied = out.shim_logs().into_iter().filter(|(_, l, m)| l == "ERROR" && m.contains("published a copy")).count();
+    assert_eq!(copied, 1, "{}", out.dump());
+}

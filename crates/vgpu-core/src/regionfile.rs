@@ -420,6 +420,11 @@ impl Region {
         unsafe { &self.map.as_ref().shared }
     }
 
+    /// The whole mapping as raw bytes' address (for a kernel-side copy, `regionplace`).
+    pub(crate) fn map_addr(&self) -> *const u8 {
+        self.map.as_ptr().cast()
+    }
+
     fn ext_raw(&self) -> &RegionExt {
         unsafe { &self.map.as_ref().ext }
     }

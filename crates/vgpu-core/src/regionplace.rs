@@ -11,8 +11,11 @@
 //!
 //! The node monitor keeps the inode it mapped first and never remaps, so it sees every process
 //! throughout. If every link is gone (the anchor too), the inode cannot be linked again (Linux
-//! refuses to link an inode whose link count reached 0): live processes report it once, and a
-//! process started later creates a fresh region that does not see them.
+//! refuses to link an inode whose link count reached 0): the first live process to notice
+//! publishes a **copy** at the path instead (taken under the container lock: every slot with its
+//! usage at that instant), so processes started later still count the live ones' usage as of the
+//! copy; changes after it are not shared (live processes keep their inode, newcomers use the copy),
+//! which the shim reports as a split. The monitor keeps seeing the original inode only.
 //!
 //! **Fallback locations.** When the configured region cannot be used at all (a directory in its
 //! place, a read-only or full file system, another user's 0600 file, foreign or corrupt content),
@@ -125,7 +128,9 @@ pub enum Published {
     /// The path now names another file (a fresh region created meanwhile): accounting is split
     /// between the two until the processes of one of them exit.
     Replaced,
-    /// Every name of our inode is gone: it cannot be linked again.
+    /// Every name of our inode was gone; a copy of it (usage as of now) is published at the path.
+    Copied,
+    /// Every name of our inode is gone and no copy could be published.
     Lost,
     /// Could not tell or fix (e.g. the directory is gone or read-only).
     Unknown,
@@ -147,7 +152,11 @@ impl Region {
             Ok(_) => Published::Replaced,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 if mine.st_nlink == 0 {
-                    return Published::Lost;
+                    return match self.publish_copy() {
+                        Ok(true) => Published::Copied,
+                        Ok(false) => Published::Yes, // another process published first
+                        Err(_) => Published::Lost,
+                    };
                 }
                 match link_fd(self.raw_fd(), path) {
                     Ok(()) => {
@@ -160,6 +169,46 @@ impl Region {
                 }
             }
             Err(_) => Published::Unknown,
+        }
+    }
+
+    /// Publishes a copy of this (unlinked) region at its path: written into an unnamed file in the
+    /// directory, then linked, so nobody ever opens a half-written copy. `Ok(false)`: the path was
+    /// taken meanwhile (someone else's copy or a fresh region).
+    fn publish_copy(&self) -> io::Result<bool> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let path = self.path();
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let cdir = cstr(dir)?;
+        // SAFETY: valid C string; the result is checked.
+        let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o666 as libc::c_uint) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        unsafe { libc::fchmod(fd.as_raw_fd(), 0o666) };
+        {
+            // Under the container lock: no reservation or slot move is half done in the copy.
+            let _g = self.lock().map_err(|e| io::Error::other(e.to_string()))?;
+            let mut off = 0usize;
+            while off < crate::region::FILE_SIZE {
+                // SAFETY: the mapping is FILE_SIZE bytes long; the kernel reads it.
+                let n = unsafe {
+                    libc::pwrite(fd.as_raw_fd(), self.map_addr().add(off).cast(), crate::region::FILE_SIZE - off, off as i64)
+                };
+                if n <= 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                off += n as usize;
+            }
+        }
+        match link_fd(fd.as_raw_fd(), path) {
+            Ok(()) => {
+                ensure_anchor(fd.as_raw_fd(), path);
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -276,10 +325,26 @@ mod tests {
         assert!(!rep.created);
         assert_eq!(r3.limit(0), 777);
 
-        // Both names gone: cannot be linked again, and said so.
+        // Both names gone: the inode cannot be linked again; a copy with the usage as of now is
+        // published instead (the live process keeps its inode: a split, reported as Replaced).
+        let me = unsafe { libc::getpid() };
+        crate::slots::attach(&r, me).unwrap();
+        crate::slots::add_usage(&r, me, 0, crate::region::UsageKind::Data, 500).unwrap();
         std::fs::remove_file(&p).unwrap();
         std::fs::remove_file(anchor_path(&p)).unwrap();
-        assert_eq!(r.republish(), Published::Lost);
+        assert_eq!(r.republish(), Published::Copied);
+        let (copy, rep) = Region::open(&p, &RegionInit::default()).unwrap();
+        assert!(!rep.created);
+        assert_eq!(copy.limit(0), 777);
+        let k = crate::slots::find_slot(&copy, me).expect("our slot is in the copy");
+        assert_eq!(copy.shared().procs[k].used[0].total.load(Ordering::Relaxed), 500);
+        assert_eq!(r.republish(), Published::Replaced);
+        drop(copy);
+
+        // A fresh region where the copy was (everything deleted, copy included, and a newcomer
+        // created one first): the old process can only report the split.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_file(anchor_path(&p)).unwrap();
         let (r4, rep) = Region::open(&p, &RegionInit::default()).unwrap();
         assert!(rep.created && r4.limit(0) == 0);
         assert_eq!(r.republish(), Published::Replaced);
