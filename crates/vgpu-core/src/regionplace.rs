@@ -87,13 +87,12 @@ pub(crate) fn ensure_anchor(fd: i32, path: &Path) {
         Ok(st) if same_inode(&st, &mine) => {}
         Ok(_) => {
             let tmp = anchor.with_file_name(format!("{}.{}", anchor.file_name().unwrap().to_string_lossy(), std::process::id()));
-            if link_fd(fd, &tmp).is_ok() {
-                if let (Ok(t), Ok(a)) = (cstr(&tmp), cstr(&anchor)) {
-                    // SAFETY: valid C strings.
-                    if unsafe { libc::rename(t.as_ptr(), a.as_ptr()) } != 0 {
-                        unsafe { libc::unlink(t.as_ptr()) };
-                    }
-                }
+            if link_fd(fd, &tmp).is_ok()
+                && let (Ok(t), Ok(a)) = (cstr(&tmp), cstr(&anchor))
+                // SAFETY: valid C strings.
+                && unsafe { libc::rename(t.as_ptr(), a.as_ptr()) } != 0
+            {
+                unsafe { libc::unlink(t.as_ptr()) };
             }
         }
         Err(_) => {
