@@ -124,6 +124,27 @@ impl RealLib {
         self.open(None)
     }
 
+    /// The handle if the library is loaded in this process (adopting it by soname), without ever
+    /// loading it.
+    pub fn handle_if_loaded(&self) -> Option<*mut c_void> {
+        let h = self.handle.load(Ordering::Acquire);
+        if !h.is_null() {
+            return Some(h);
+        }
+        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE | libc::RTLD_NOLOAD;
+        let h = unsafe { libc::dlopen(self.soname.as_ptr(), flags) };
+        if h.is_null() {
+            return None;
+        }
+        match self.handle.compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(h),
+            Err(existing) => {
+                unsafe { libc::dlclose(h) };
+                Some(existing)
+            }
+        }
+    }
+
     /// Adopt the exact object an application loaded (found through `dladdr` of one of its
     /// symbols), so we call the same driver it does even if it was loaded by absolute path.
     pub fn adopt_from_symbol(&self, sym: *mut c_void) {

@@ -20,6 +20,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "push rdi",
         "push rsi",
         "sub rsp, 8",
+        // Third argument: the caller's return address (where glibc's RTLD_NEXT starts from).
+        "mov rdx, [rsp + 24]",
         "call {decide}",
         "add rsp, 8",
         "pop rsi",
@@ -40,8 +42,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 }
 
 /// Returns the hook to hand out, `RETURN_NULL`, or 0 to let the real `dlsym` answer.
-/// Must fill `VGPU_REAL_DLSYM` before returning 0.
-extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> usize {
+/// Must fill `VGPU_REAL_DLSYM` before returning 0. `caller`: the application's return address.
+extern "C" fn decide(handle: *mut c_void, symbol: *const c_char, caller: usize) -> usize {
     dl::real_dlsym_ptr();
     if symbol.is_null() {
         return 0;
@@ -54,17 +56,16 @@ extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> usize {
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = hooks::find(name) else { return 0 };
     // Past this point the name is one of ours: doing real work is fine.
-    std::panic::catch_unwind(|| redirect(handle, hook)).unwrap_or(0)
+    std::panic::catch_unwind(|| redirect(handle, hook, caller)).unwrap_or(0)
 }
 
-fn redirect(handle: *mut c_void, hook: &'static hooks::Hook) -> usize {
+fn redirect(handle: *mut c_void, hook: &'static hooks::Hook, caller: usize) -> usize {
     let lib = match hook.lib {
         hooks::Lib::Cuda => &dl::LIBCUDA,
         hooks::Lib::Nvml => &dl::LIBNVML,
     };
     if handle == libc::RTLD_NEXT {
-        // "The next definition after the caller": leave it to glibc.
-        return 0;
+        return next_after(caller, hook);
     }
     if handle == libc::RTLD_DEFAULT {
         // The global scope always contains our (preloaded) export. Without the shim this lookup
@@ -88,4 +89,78 @@ fn redirect(handle: *mut c_void, hook: &'static hooks::Hook) -> usize {
     }
     lib.adopt_from_symbol(real);
     hook.hook as usize
+}
+
+/// The public head of glibc's `struct link_map` (`<link.h>`; stable ABI).
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const c_char,
+    l_ld: *const c_void,
+    l_next: *const LinkMap,
+    l_prev: *const LinkMap,
+}
+
+/// `dladdr1` flag `RTLD_DL_LINKMAP` (`<dlfcn.h>`).
+const RTLD_DL_LINKMAP: libc::c_int = 2;
+
+/// The loaded object containing `addr`.
+fn object_of(addr: usize) -> Option<*const LinkMap> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut lm: *const LinkMap = std::ptr::null();
+    // SAFETY: dladdr1 only reads `addr` as a number and writes the two out-parameters.
+    let ok = unsafe {
+        libc::dladdr1(addr as *const c_void, &mut info, (&mut lm as *mut *const LinkMap).cast(), RTLD_DL_LINKMAP)
+    };
+    (ok != 0 && !lm.is_null()).then_some(lm)
+}
+
+/// `name`'s definition in object `l` itself (not one of its dependencies), if it has one.
+fn defined_in(l: *const LinkMap, name: &std::ffi::CStr) -> Option<*mut c_void> {
+    // A proper handle of the loaded object (never loads anything); objects without a name (the
+    // vDSO, the main program) cannot be opened this way and are skipped.
+    let path = unsafe { (*l).l_name };
+    if path.is_null() || unsafe { *path } == 0 {
+        return None;
+    }
+    let h = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return None;
+    }
+    let d = dl::real_dlsym(h, name);
+    let own = !d.is_null() && object_of(d as usize) == Some(l);
+    unsafe { libc::dlclose(h) };
+    own.then_some(d)
+}
+
+/// `dlsym(RTLD_NEXT, name)`: glibc answers with the first definition in the objects after the
+/// caller's. When that is the driver's own function (a tracing or pooling library loaded after
+/// the shim reaching for "the real" `cuMemAlloc_v2`), hand out our hook instead, so that library
+/// is governed like the application (issue 9 §5). Any other answer — our own export (callers
+/// before the shim), another wrapper, nothing — is glibc's to give, unchanged.
+///
+/// The objects after the caller are walked in link-map order, asking each whether it defines the
+/// name itself; only the first definer matters, and only whether it is the driver's function.
+fn next_after(caller: usize, hook: &'static hooks::Hook) -> usize {
+    let real = hook.real_ptr_if_loaded();
+    if real.is_null() {
+        return 0; // the driver is not loaded: glibc's answer cannot be its function
+    }
+    let Some(me) = object_of(decide as *const () as usize) else { return 0 };
+    let Some(from) = object_of(caller) else { return 0 };
+    if from == me {
+        return 0;
+    }
+    // SAFETY: link maps of loaded objects stay valid while we hold no lock that dlclose needs;
+    // the chain is read the way glibc's own `dl_iterate_phdr` users read it.
+    let mut l = unsafe { (*from).l_next };
+    let mut steps = 0;
+    while !l.is_null() && steps < 4096 {
+        if let Some(d) = defined_in(l, hook.name) {
+            return if d == real { hook.hook as usize } else { 0 };
+        }
+        l = unsafe { (*l).l_next };
+        steps += 1;
+    }
+    0
 }

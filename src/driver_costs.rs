@@ -9,7 +9,7 @@
 use crate::ffi::*;
 use crate::hooks::cuda::{pfn, real};
 use crate::{driver, state, truth};
-use parking_lot::Mutex;
+use vgpu_core::sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -348,8 +348,10 @@ pub fn fork_child() {
         // SAFETY: as above.
         unsafe { POOLS.force_unlock() };
     }
-    *GRAPHS.lock() = None;
-    POOLS.lock().clear();
+    // Leak, never drop: a parent thread may have been mid-update at the fork, so the old
+    // books are not trusted to be consistent enough to free.
+    std::mem::forget(GRAPHS.lock().take());
+    std::mem::forget(std::mem::take(&mut *POOLS.lock()));
     ANY_MEM_EXEC.store(false, Ordering::Release);
     for h in &GRAPH_HELD {
         h.store(0, Ordering::Relaxed);

@@ -53,6 +53,19 @@ impl Hook {
         };
         crate::driver::resolve(self.real, lib, self.name)
     }
+
+    /// Like [`real_ptr`](Self::real_ptr), but null unless the driver library is already loaded
+    /// (never loads it).
+    pub fn real_ptr_if_loaded(&self) -> *mut c_void {
+        let lib = match self.lib {
+            Lib::Cuda => &crate::dl::LIBCUDA,
+            Lib::Nvml => &crate::dl::LIBNVML,
+        };
+        if lib.handle_if_loaded().is_none() {
+            return std::ptr::null_mut();
+        }
+        self.real_ptr()
+    }
 }
 
 /// Find a hook by exported name. Allocation-free (used inside `dlsym`).

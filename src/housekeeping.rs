@@ -63,6 +63,7 @@ pub fn tick(st: &State) {
     let Some(region) = st.region else { return };
     sweep_dead(st, region);
     keep_own_seat(st, region);
+    crate::state::region_tick();
     warn_over_limit(st);
 }
 

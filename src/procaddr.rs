@@ -6,11 +6,12 @@
 use crate::ffi::*;
 use crate::hooks::{self, Lib};
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::OnceLock;
+use vgpu_core::sync::OnceBox;
 
 /// (real address, hook address), sorted by real address.
 fn address_map() -> &'static [(usize, usize)] {
-    static MAP: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+    // Not a OnceLock: a forked child must never wait for an initialiser of a parent thread.
+    static MAP: OnceBox<Vec<(usize, usize)>> = OnceBox::new();
     MAP.get_or_init(|| {
         let mut v: Vec<(usize, usize)> = hooks::CUDA_HOOKS
             .iter()

@@ -12,6 +12,7 @@ use vgpu_core::config::Config;
 use vgpu_core::ledger::{AllocTable, Ledger, Seat};
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::regionfile::{Region, RegionInit};
+use vgpu_core::sync::Mutex;
 
 pub struct State {
     pub config: Config,
@@ -31,7 +32,7 @@ pub struct State {
     /// Handle of each device's primary context (to release what dies with it).
     pub primary_ctx: [AtomicU64; MAX_DEVICES],
     /// Mappings of counted VMM handles (memory stays allocated until released AND unmapped).
-    pub vmm: parking_lot::Mutex<crate::memory::VmmBook>,
+    pub vmm: Mutex<crate::memory::VmmBook>,
 }
 
 const UNINIT: u8 = 0;
@@ -101,17 +102,40 @@ fn build() -> State {
         primary_refs: Default::default(),
         primary_bytes: Default::default(),
         primary_ctx: Default::default(),
-        vmm: parking_lot::Mutex::new(Default::default()),
+        vmm: Mutex::new(Default::default()),
     }
 }
 
 fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
     let _ = vgpu_core::regionpath::ensure_kai_dir(&config.region_path);
-    match Region::open(&config.region_path, &RegionInit::from_config(config)) {
+    use vgpu_core::regionplace::{Placed, fallback_paths, open_placed};
+    let fallbacks = fallback_paths(&config.region_path, unsafe { libc::getuid() });
+    let placed = match open_placed(&config.region_path, &RegionInit::from_config(config), &fallbacks, pid) {
+        Placed::Configured(region, report) => Ok((region, report)),
+        Placed::Fallback { region, report, cause } => {
+            match cause {
+                Some(e) => crate::error!(
+                    "{e}; this container's processes share the fallback region {} instead (the memory limit holds across them; the node monitor does not see it)",
+                    region.path().display()
+                ),
+                None => crate::warn!(
+                    "live processes of this container use the fallback region {}: joining them instead of {}",
+                    region.path().display(),
+                    config.region_path.display()
+                ),
+            }
+            Ok((region, report))
+        }
+        Placed::Nowhere(e, others) => Err((e, others)),
+    };
+    match placed {
         Ok((region, report)) => {
             vgpu_core::counters::init(region.ext());
             for w in &report.warnings {
                 crate::warn!("{w}");
+            }
+            if report.created {
+                warn_if_created_unlimited(&region, config);
             }
             let region: &'static Region = region.leak();
             let (ledger, err) = Ledger::attach(region, pid);
@@ -128,10 +152,61 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
             }
             (Some(region), ledger)
         }
-        Err(e) => {
-            crate::error!("{e}; running with process-local accounting (limits from the environment still apply to this process)");
+        Err((e, others)) => {
+            let why: Vec<String> = others.iter().map(|e| e.to_string()).collect();
+            let fallback = if why.is_empty() {
+                "the region is busy, not unusable, so no fallback was tried".to_string()
+            } else {
+                format!("no shared fallback region either ({})", why.join("; "))
+            };
+            crate::error!("{e}; {fallback}: the memory limit is now enforced per process, not across the container");
             (None, Ledger::local())
         }
+    }
+}
+
+/// Periodic region upkeep, off the hot path (every ~250 ms from a shim thread): the region's path
+/// still names our region, else it is linked back (issue 9 §4; vgpu_core::regionplace).
+pub fn region_tick() {
+    use vgpu_core::regionplace::Published;
+    let Some(r) = try_get().and_then(|s| s.region) else { return };
+    match r.republish() {
+        Published::Relinked => crate::warn!("region file {} had been deleted: linked it back (same region, no usage lost)", r.path().display()),
+        Published::Copied => crate::error!(
+            "region file {} was deleted with every link to it: published a copy (this container's usage as of now) so that processes started from now on still count it; \
+             later changes are not shared between this process and them, so the container limit is split",
+            r.path().display()
+        ),
+        Published::Lost => crate::once!(
+            error,
+            "region file {} was deleted with every link to it: processes started from now on cannot see this process's usage, so the container limit is split",
+            r.path().display()
+        ),
+        Published::Replaced => crate::once!(
+            error,
+            "region path {} now holds a different region file: this process's usage is not counted there, so the container limit is split",
+            r.path().display()
+        ),
+        Published::Yes | Published::Unknown => {}
+    }
+}
+
+/// A region created without any memory limit makes every process of the container unlimited.
+/// If PID 1's environment (the device plugin's) has a limit, the creator's environment lost it:
+/// say so (issue 9 §6).
+fn warn_if_created_unlimited(region: &Region, config: &Config) {
+    if (0..MAX_DEVICES).any(|d| region.limit(d) != 0) {
+        return;
+    }
+    let Some(pid1) = vgpu_core::config::pid1_memory_limits(&vgpu_core::config::SystemSources) else { return };
+    if let Some(d) = (0..MAX_DEVICES).find(|&d| pid1[d] != 0) {
+        crate::warn!(
+            "region {} created without a memory limit, but the container's PID 1 environment limits device {d} to {} bytes: \
+             this process's environment ({:?}) has no CUDA_DEVICE_MEMORY_LIMIT, so the whole container is unlimited until the region is recreated",
+            config.region_path.display(),
+            pid1[d],
+            config.origin
+        );
     }
 }
 
@@ -215,8 +290,12 @@ extern "C" fn on_exit() {
 }
 
 /// The child owns none of the parent's allocations or slot: forget the state (leaked, the parent
-/// still uses its copy) so the child builds its own lazily.
+/// still uses its copy) so the child builds its own lazily. Runs on the only thread of the child,
+/// which was not inside the shim (the application forked), so every lock held at the fork belongs
+/// to a thread that does not exist here: per-process objects are abandoned, never locked
+/// (docs/design.md "Fork").
 extern "C" fn on_fork_child() {
+    vgpu_core::regionfile::after_fork_in_child();
     if let Some(old) = try_get() {
         if let Some(r) = old.region {
             // Drop our copy of the parent's lock description: if the parent died holding the

@@ -11,7 +11,7 @@
 //! it; the refusal path waits at most [`REFUSAL_WAIT`].
 
 use crate::{compute, driver, state};
-use parking_lot::Mutex;
+use vgpu_core::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_core::hostpid::{MemCorrelator, Sample};
@@ -60,7 +60,9 @@ pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Optio
         for h in &HELD {
             h.store(0, Ordering::Relaxed);
         }
-        *g = Some(Truth { pid, devs: Default::default() });
+        // A forked child's inherited book is leaked, not dropped (a parent thread may have been
+        // mid-update at the fork).
+        std::mem::forget(g.replace(Truth { pid, devs: Default::default() }));
     }
     Some(f(g.as_mut().expect("set above")))
 }

@@ -18,7 +18,6 @@ pub use gate::{after, after_multi, before, before_multi};
 
 use crate::ffi::*;
 use crate::state;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use vgpu_core::config::CorePolicy;
 use vgpu_core::limiter::correction::Correction;
@@ -28,6 +27,7 @@ use vgpu_core::limiter::pidmap::PidResolver;
 use vgpu_core::limiter::words::{self, Words};
 use vgpu_core::region::{DeviceLimiterState, MAX_DEVICES};
 use vgpu_core::regionfile::Region;
+use vgpu_core::sync::Mutex;
 
 /// Set: launches take the slow path. Starts set so the first launch initialises everything.
 pub static GATE: AtomicBool = AtomicBool::new(true);
@@ -116,7 +116,7 @@ pub struct Compute {
 }
 
 static COMPUTE: AtomicPtr<Compute> = AtomicPtr::new(std::ptr::null_mut());
-static INIT: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+static INIT: Mutex<()> = Mutex::new(());
 
 /// The per-process compute state, building it (and starting the watcher) on first use.
 pub fn get() -> &'static Compute {
@@ -326,23 +326,15 @@ pub fn device_ctx_gone(dev: CUdevice) {
     }
 }
 
-/// In a forked child: the parent's contexts, events and watcher do not exist here.
+/// In a forked child (atfork child handler, one thread): the parent's contexts, events, samples
+/// and watcher do not exist here. The whole `Compute` is abandoned (leaked: its locks may be
+/// held by threads that are not in this process) and rebuilt on first use, with a new watcher.
 pub fn fork_child() {
-    let p = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    let _ = p; // leaked: the parent's copy, unusable here
-    unsafe { INIT.force_unlock_if_locked() };
-    watcher::fork_child();
-    GATE.store(true, Ordering::Relaxed);
-}
-
-trait ForceUnlock {
-    unsafe fn force_unlock_if_locked(&self);
-}
-
-impl ForceUnlock for parking_lot::Mutex<()> {
-    unsafe fn force_unlock_if_locked(&self) {
-        if self.is_locked() {
-            unsafe { self.force_unlock() };
-        }
+    let _abandoned = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if INIT.is_locked() {
+        // SAFETY: only the forking thread exists; it was not inside `init_slow` (fork is called
+        // by the application, not from within the shim), so the holder is gone.
+        unsafe { INIT.force_unlock() };
     }
+    GATE.store(true, Ordering::Relaxed);
 }

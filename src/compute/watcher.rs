@@ -6,8 +6,7 @@
 //! driver call that the launch path needs.
 
 use super::{Compute, api, mono_ns, samples, wall_ns};
-use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use vgpu_core::limiter::PPM;
 use vgpu_core::limiter::pidmap::View;
@@ -19,20 +18,15 @@ const IDLE_POLL: Duration = Duration::from_millis(20);
 const CONTROL_EVERY_NS: u64 = 20_000_000;
 const NVML_EVERY_NS: u64 = 250_000_000;
 
-static KICK: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 
-/// In a forked child: the parent's watcher may have held the kick lock at the fork.
-pub fn fork_child() {
-    if KICK.0.is_locked() {
-        unsafe { KICK.0.force_unlock() };
-    }
-}
+/// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
+/// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
+/// its first kick neither blocks nor wakes a ghost (issue 9 §1).
+static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
 
 /// Wake the watcher now (a sample was started, a context created).
 pub fn kick() {
-    let mut k = KICK.0.lock();
-    *k = true;
-    KICK.1.notify_one();
+    KICK.notify();
 }
 
 pub fn start(c: &'static Compute) {
@@ -46,10 +40,12 @@ pub fn start(c: &'static Compute) {
         crate::error!("compute: cannot start the watcher thread ({e}); limits still apply, samples and NVML feedback are off");
         c.watcher.store(0, Ordering::Release);
     }
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    AT_EXIT.call_once(|| unsafe {
-        libc::atexit(on_exit);
-    });
+    // Once per process image (a forked child inherits the registration); an atomic, not a
+    // `Once`, so a child never waits for a registration a parent thread was running.
+    static AT_EXIT: AtomicBool = AtomicBool::new(false);
+    if !AT_EXIT.swap(true, Ordering::AcqRel) {
+        unsafe { libc::atexit(on_exit) };
+    }
 }
 
 extern "C" fn on_exit() {
@@ -91,11 +87,7 @@ fn run(c: &'static Compute) {
                 nvml_tick(c, d, n, now);
             }
         }
-        let mut k = KICK.0.lock();
-        if !*k {
-            KICK.1.wait_for(&mut k, if pending { SAMPLE_POLL } else { IDLE_POLL });
-        }
-        *k = false;
+        KICK.wait_timeout(if pending { SAMPLE_POLL } else { IDLE_POLL });
     }
 }
 

@@ -472,8 +472,25 @@ impl Sandbox {
     }
 }
 
+/// The shim's fallback region files for `region` (docs/design.md "Where the region lives": named
+/// after an FNV-1a hash of the configured path, in /dev/shm and /tmp), which live outside the
+/// sandbox: removed with it.
+pub fn remove_fallback_regions(region: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let h = region.as_os_str().as_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x0100_0000_01b3));
+    let tag = format!("libvgpu-region-{h:016x}");
+    for dir in ["/dev/shm", "/tmp"] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().contains(&tag) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        remove_fallback_regions(&self.region());
         if std::thread::panicking() {
             eprintln!("(sandbox kept for inspection: {})", self.dir.display());
         } else {

@@ -5,6 +5,12 @@
 //! The limit variables are `CUDA_DEVICE_MEMORY_LIMIT[_i]`, `CUDA_DEVICE_SM_LIMIT[_i]` and
 //! `CUDA_DEVICE_MEMORY_SHARED_CACHE` (set and non-empty counts as present).
 //!
+//! **Set but empty is unset**, for every variable (except `CUDA_VISIBLE_DEVICES`, whose empty
+//! value CUDA itself reads as "no device"): an empty value in the process env takes PID 1's value
+//! of the same variable, if it has one, else the default. So `CUDA_DEVICE_MEMORY_LIMIT=` in the
+//! process that creates the region never makes the whole container unlimited.
+//! `…_LIMIT_<i>` with an `<i>` that is not a device index 0..15 is ignored with a warning.
+//!
 //! 1. If the process env has any of them: the process env is used ([`ConfigOrigin::ProcessEnv`]).
 //! 2. Otherwise (SSH sessions, `sudo`, `env -i`, supervisors that strip the env): if
 //!    `/proc/1/environ` (the container's init, which carries the device plugin's env) is readable
@@ -66,6 +72,11 @@ pub trait ConfigSources {
     fn list_subdirs(&self, _path: &Path) -> Option<Vec<String>> {
         None
     }
+
+    /// Names of all process environment variables (for the out-of-range index check).
+    fn env_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The real machine.
@@ -80,6 +91,9 @@ impl ConfigSources for SystemSources {
     }
     fn exists(&self, path: &Path) -> bool {
         std::fs::symlink_metadata(path).is_ok()
+    }
+    fn env_names(&self) -> Vec<String> {
+        std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect()
     }
     fn list_dir(&self, path: &Path) -> Option<Vec<String>> {
         let rd = std::fs::read_dir(path).ok()?;
@@ -187,6 +201,30 @@ fn limit_var_names() -> Vec<String> {
         v.push(format!("{ENV_SM_LIMIT}_{i}"));
     }
     v
+}
+
+/// PID 1's memory limits, if `/proc/1/environ` is readable and has any limit variable: what a
+/// process with an empty environment would be limited to. Used to warn when a region is created
+/// without a memory limit although the container has one.
+pub fn pid1_memory_limits(src: &dyn ConfigSources) -> Option<[u64; MAX_DEVICES]> {
+    /// The machine with an empty process environment.
+    struct Pid1Only<'a>(&'a dyn ConfigSources);
+    impl ConfigSources for Pid1Only<'_> {
+        fn env(&self, _: &str) -> Option<String> {
+            None
+        }
+        fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
+            self.0.read_file(path)
+        }
+        fn exists(&self, _: &Path) -> bool {
+            true // never discover a region: only PID 1's environment counts here
+        }
+        fn list_dir(&self, _: &Path) -> Option<Vec<String>> {
+            None
+        }
+    }
+    let c = Config::from_sources(&Pid1Only(src));
+    (c.origin == ConfigOrigin::Pid1Environ).then_some(c.memory_limit)
 }
 
 /// Parses `/proc/<pid>/environ` content (NUL-separated `K=V`; the first occurrence wins, as getenv).
@@ -306,9 +344,20 @@ impl<'a> Builder<'a> {
         present(self.pid1().and_then(|m| m.get(key).cloned()))
     }
 
+    /// A variable of the process env. Set but empty (`CUDA_DEVICE_MEMORY_LIMIT=`, typically an
+    /// unset shell variable expanded into it) counts as unset and takes PID 1's value instead, so
+    /// an empty value never means "no limit" when the container has one (issue 9 §6).
+    fn var(&mut self, key: &str) -> Option<String> {
+        match self.src.env(key) {
+            Some(v) if !v.trim_ascii().is_empty() => Some(v),
+            Some(_) => self.pid1_get(key),
+            None => None,
+        }
+    }
+
     /// A per-container contract variable: process env, else pid 1 when that is the origin.
     fn contract(&mut self, key: &str) -> Option<String> {
-        if let Some(v) = present(self.src.env(key)) {
+        if let Some(v) = self.var(key) {
             return Some(v);
         }
         if self.origin == ConfigOrigin::Pid1Environ { self.pid1_get(key) } else { None }
@@ -317,7 +366,7 @@ impl<'a> Builder<'a> {
     /// A limit variable from the origin's source (process env or pid 1; nothing otherwise).
     fn limit_var(&mut self, key: &str) -> Option<String> {
         match self.origin {
-            ConfigOrigin::ProcessEnv => present(self.src.env(key)),
+            ConfigOrigin::ProcessEnv => self.var(key),
             ConfigOrigin::Pid1Environ => self.pid1_get(key),
             _ => None,
         }
@@ -329,6 +378,41 @@ impl<'a> Builder<'a> {
         let (pod, ctr) = (self.contract(ENV_POD_UID)?, self.contract(ENV_CONTAINER_NAME)?);
         let mount = self.contract(ENV_VGPU_MOUNT);
         kai_path(self.src, mount.as_deref(), &pod, &ctr)
+    }
+
+    /// `CUDA_DEVICE_MEMORY_LIMIT_<i>` / `CUDA_DEVICE_SM_LIMIT_<i>` whose `<i>` is not a device
+    /// index 0..15: ignored, and said (once per process, with the other configuration warnings).
+    fn warn_out_of_range_indices(&mut self) {
+        let mut names: Vec<(String, String)> = Vec::new();
+        if self.origin == ConfigOrigin::ProcessEnv {
+            for n in self.src.env_names() {
+                if let Some(v) = self.src.env(&n) {
+                    names.push((n, v));
+                }
+            }
+        } else if self.origin == ConfigOrigin::Pid1Environ
+            && let Some(m) = self.pid1()
+        {
+            names.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        names.sort();
+        for (name, value) in names {
+            let Some(suffix) = [ENV_MEMORY_LIMIT, ENV_SM_LIMIT]
+                .iter()
+                .find_map(|base| name.strip_prefix(base).and_then(|r| r.strip_prefix('_')))
+            else {
+                continue;
+            };
+            if value.trim_ascii().is_empty() || (0..MAX_DEVICES).any(|i| suffix == i.to_string()) {
+                continue;
+            }
+            let action = if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) {
+                format!("ignored: device index {suffix} is out of range (at most {MAX_DEVICES} devices, 0..{})", MAX_DEVICES - 1)
+            } else {
+                format!("ignored: {suffix:?} is not a device index (0..{})", MAX_DEVICES - 1)
+            };
+            self.warn(&name, &value, action);
+        }
     }
 
     fn warn(&mut self, variable: &str, value: &str, action: String) {
@@ -436,6 +520,7 @@ impl<'a> Builder<'a> {
 
     fn build(&mut self) -> Config {
         let discovered = self.decide_origin();
+        self.warn_out_of_range_indices();
 
         let (memory_limit, _) =
             self.resolve_all(ENV_MEMORY_LIMIT, parse_limit, "memory limit", "no memory limit");
@@ -488,7 +573,7 @@ impl<'a> Builder<'a> {
             }),
         };
 
-        let record_kernel_interval = match present(self.src.env(ENV_RECORD_KERNEL_INTERVAL)) {
+        let record_kernel_interval = match self.var(ENV_RECORD_KERNEL_INTERVAL) {
             None => 1,
             Some(v) => match v.trim_ascii().parse::<u64>() {
                 Ok(n) => n,
@@ -499,6 +584,8 @@ impl<'a> Builder<'a> {
             },
         };
 
+        // The one exception to "empty = unset": CUDA itself reads this process's value, and to
+        // CUDA an empty CUDA_VISIBLE_DEVICES means "no device"; the mapping must agree with it.
         let visible_devices_raw = self.src.env(ENV_VISIBLE_DEVICES);
         let visible_devices = visible_devices_raw.as_ref().map(|raw| {
             let (list, bad) = parse_visible_devices(raw);
@@ -520,7 +607,7 @@ impl<'a> Builder<'a> {
             }),
         };
 
-        let active_oom_killer = match present(self.src.env(ENV_ACTIVE_OOM_KILLER)) {
+        let active_oom_killer = match self.var(ENV_ACTIVE_OOM_KILLER) {
             None => true,
             Some(v) => match v.trim_ascii() {
                 "true" | "1" => true,
@@ -591,6 +678,9 @@ pub(crate) mod tests {
         }
         fn list_dir(&self, path: &Path) -> Option<Vec<String>> {
             self.dirs.get(path).cloned()
+        }
+        fn env_names(&self) -> Vec<String> {
+            self.env.keys().cloned().collect()
         }
     }
 
@@ -741,6 +831,87 @@ pub(crate) mod tests {
         // Empty values do not count as present.
         let f = Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "")]).pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "2000m")]);
         assert_eq!(Config::from_sources(&f).origin, ConfigOrigin::Pid1Environ);
+    }
+
+    /// Issue 9 §6: `CUDA_DEVICE_MEMORY_LIMIT=` (an unset shell variable expanded into it) next to
+    /// other contract variables must not mean "unlimited" when the container's PID 1 has a limit.
+    #[test]
+    fn set_but_empty_is_unset_and_falls_back_to_pid1() {
+        let f = Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", ""), ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/r.cache")])
+            .pid1(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_SM_LIMIT", "40")]);
+        let c = Config::from_sources(&f);
+        assert_eq!(c.origin, ConfigOrigin::ProcessEnv);
+        assert_eq!(c.memory_limit, [1 << 30; 16], "empty = unset: PID 1's value");
+        assert_eq!(c.sm_limit, [100; 16], "an SM limit the process env does not mention stays the process env's (none)");
+        assert_eq!(c.region_path, PathBuf::from("/tmp/r.cache"));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+        // Per-device variable, whitespace-only value.
+        let f = Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT_0", " "), ("CUDA_DEVICE_SM_LIMIT", "30")])
+            .pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "2g")]);
+        let c = Config::from_sources(&f);
+        assert_eq!((c.memory_limit[0], c.memory_limit[1], c.sm_limit[0]), (2 << 30, 0, 30));
+
+        // Every other variable too.
+        let f = Fake::env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", ""),
+            ("CUDA_TASK_PRIORITY", ""),
+            ("GPU_CORE_UTILIZATION_POLICY", ""),
+            ("LIBCUDA_LOG_LEVEL", ""),
+            ("RECORD_KERNEL_INTERVAL", ""),
+            ("CUDA_OVERSUBSCRIBE", ""),
+        ])
+        .pid1(&[
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/usr/local/vgpu/p.cache"),
+            ("CUDA_TASK_PRIORITY", "0"),
+            ("GPU_CORE_UTILIZATION_POLICY", "force"),
+            ("LIBCUDA_LOG_LEVEL", "3"),
+            ("RECORD_KERNEL_INTERVAL", "5"),
+            ("CUDA_OVERSUBSCRIBE", "true"),
+        ]);
+        let c = Config::from_sources(&f);
+        assert_eq!(c.region_path, PathBuf::from("/usr/local/vgpu/p.cache"));
+        assert_eq!((c.task_priority, c.core_policy, c.log_level), (0, CorePolicy::Force, 3));
+        assert_eq!((c.record_kernel_interval, c.oversubscribe), (5, true));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+        // Empty and nothing in PID 1: the defaults, silently.
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", ""), ("CUDA_TASK_PRIORITY", ""), ("CUDA_DEVICE_SM_LIMIT", "20")]));
+        assert_eq!((c.memory_limit[0], c.task_priority, c.sm_limit[0]), (0, 1, 20));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+        // What the shim compares a freshly created region against.
+        assert_eq!(pid1_memory_limits(&Fake::default().pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "3g")])).map(|l| l[1]), Some(3 << 30));
+        assert_eq!(pid1_memory_limits(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")])), None);
+        let mut d = Fake::default().pid1(&[("PATH", "/bin")]);
+        d.dirs.insert(PathBuf::from(HOOK_DIR), vec!["a.cache".into()]);
+        assert_eq!(pid1_memory_limits(&d), None);
+    }
+
+    /// Issue 9 §9: indices 16 and up are not silently ignored.
+    #[test]
+    fn out_of_range_device_indices_are_reported() {
+        let c = Config::from_sources(&Fake::env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_16", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_99", "2g"),
+            ("CUDA_DEVICE_SM_LIMIT_16", "20"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_x", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_15", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_17", ""),
+        ]));
+        assert_eq!(c.memory_limit[15], 1 << 30);
+        assert_eq!(c.memory_limit[..15], [0; 15]);
+        assert_eq!(c.sm_limit, [100; 16]);
+        let vars: Vec<&str> = c.warnings.iter().map(|w| w.variable.as_str()).collect();
+        assert_eq!(vars, ["CUDA_DEVICE_MEMORY_LIMIT_16", "CUDA_DEVICE_MEMORY_LIMIT_99", "CUDA_DEVICE_MEMORY_LIMIT_x", "CUDA_DEVICE_SM_LIMIT_16"]);
+        assert!(c.warnings[0].action.contains("out of range"), "{}", c.warnings[0]);
+        assert!(c.warnings[2].action.contains("not a device index"), "{}", c.warnings[2]);
+        // From PID 1's environment as well, when that is where the limits come from.
+        let c = Config::from_sources(&Fake::default().pid1(&[("CUDA_DEVICE_SM_LIMIT_20", "10"), ("CUDA_DEVICE_SM_LIMIT", "50")]));
+        assert_eq!(c.origin, ConfigOrigin::Pid1Environ);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert_eq!(c.warnings[0].variable, "CUDA_DEVICE_SM_LIMIT_20");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::lock::LockError;
 use crate::region::{UsageKind, MAX_DEVICES};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

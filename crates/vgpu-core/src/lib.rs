@@ -15,7 +15,9 @@ pub mod lock;
 pub mod region;
 pub mod regionpath;
 pub mod regionfile;
+pub mod regionplace;
 pub mod slots;
+pub mod sync;
 pub mod views;
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! Waits are bounded ([`DEFAULT_TIMEOUT`]): on timeout [`LockError::Timeout`] is returned and the
 //! caller applies its documented fallback (see `slots`/`ledger`).
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -65,7 +65,7 @@ pub struct PidMutex {
 
 pub struct PidMutexGuard<'a> {
     owner: &'a PidMutex,
-    _g: parking_lot::MutexGuard<'a, ()>,
+    _g: crate::sync::MutexGuard<'a, ()>,
 }
 
 impl Default for PidMutex {

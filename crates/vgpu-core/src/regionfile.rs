@@ -137,7 +137,7 @@ pub struct Region {
     pub(crate) slot_hint: AtomicUsize,
     /// Serialises this process's threads writing its own slot / overflow record (the seqlock
     /// has one writer). Process-local, uncontended in the common case: no syscall.
-    pub(crate) writer: parking_lot::Mutex<()>,
+    pub(crate) writer: crate::sync::Mutex<()>,
 }
 
 // SAFETY: the mapping is only accessed through atomics; the fd is only used with thread-safe calls.
@@ -148,6 +148,12 @@ unsafe impl Sync for Region {}
 static ATTACH_MUTEX: PidMutex = PidMutex::new();
 
 const ATTACH_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// In a forked child (atfork child handler): a parent thread may have been attaching at the
+/// fork; it does not exist here, so its hold on the attach mutex is dropped.
+pub fn after_fork_in_child() {
+    ATTACH_MUTEX.reset_after_fork();
+}
 
 fn cpath(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
@@ -194,6 +200,11 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool), RegionError> {
             Some(libc::ENOENT) => {}
             Some(libc::EISDIR) => return Err(RegionError::IsDirectory { path: path.into() }),
             _ => return Err(RegionError::Open { path: path.into(), source: e }),
+        }
+        // Deleted while its processes live on? Link the same inode back instead of starting a
+        // fresh region that would not see their usage (regionplace, "Anchor link").
+        if crate::regionplace::relink_from_anchor(path) {
+            continue;
         }
         match create_via_tmpfile(path, &c) {
             Created::Yes(fd) => return Ok((fd, true)),
@@ -394,7 +405,7 @@ impl Region {
                 path: path.into(),
                 ext_ok: true,
                 slot_hint: AtomicUsize::new(usize::MAX),
-                writer: parking_lot::Mutex::new(()),
+                writer: crate::sync::Mutex::new(()),
             };
 
         let r = region.shared();
@@ -411,12 +422,18 @@ impl Region {
             report.created = true;
         }
         region.shared().last_kernel_time.store(now_unix_secs(), Ordering::Relaxed);
+        crate::regionplace::ensure_anchor(raw, path);
         Ok((region, report))
     }
 
     pub fn shared(&self) -> &SharedRegion {
         // SAFETY: mapped FILE_SIZE bytes for our lifetime; all fields are atomics.
         unsafe { &self.map.as_ref().shared }
+    }
+
+    /// The whole mapping as raw bytes' address (for a kernel-side copy, `regionplace`).
+    pub(crate) fn map_addr(&self) -> *const u8 {
+        self.map.as_ptr().cast()
     }
 
     fn ext_raw(&self) -> &RegionExt {

@@ -41,8 +41,32 @@ pub(crate) struct Sim {
 }
 
 pub(crate) fn lock() -> MutexGuard<'static, Sim> {
+    tables().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn tables() -> &'static Mutex<Sim> {
     static SIM: OnceLock<Mutex<Sim>> = OnceLock::new();
-    SIM.get_or_init(|| Mutex::new(Sim::default())).lock().unwrap_or_else(|e| e.into_inner())
+    SIM.get_or_init(|| {
+        // SAFETY: plain function pointers, valid for the process lifetime.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+        Mutex::new(Sim::default())
+    })
+}
+
+// A forked child must not inherit the tables locked by a thread that does not exist there (a
+// real driver does not hang a forked child either): the forking thread holds the lock across
+// fork() and both sides release it afterwards.
+thread_local! {
+    static HELD_FOR_FORK: std::cell::RefCell<Option<MutexGuard<'static, Sim>>> = const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn fork_prepare() {
+    let g = lock();
+    HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(g));
+}
+
+extern "C" fn fork_release() {
+    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
 }
 
 /// A fresh opaque handle value (never 0, 1 or 2; unique across kinds).
