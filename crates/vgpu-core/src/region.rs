@@ -175,7 +175,20 @@ pub struct DeviceLimiterState {
     pub correction_ppm: AtomicU64,
     /// Processes of the container still without a host PID.
     pub unresolved_pids: AtomicU64,
-    pub reserved: [AtomicU64; 10],
+    pub reserved: [AtomicU64; 5],
+    /// Burst controller (`limiter::burst`): other tenants' busy fraction, smoothed, ppm.
+    pub burst_others_ppm: AtomicU64,
+    /// Burst controller: recent peak of `burst_others_ppm` (decays), ppm.
+    pub burst_peak_ppm: AtomicU64,
+    /// Burst controller (`limiter::burst`): wall µs of its last step (0 = none yet); the step's
+    /// leader is whoever advances it by CAS, and it is the `lastSeen` of the next NVML query.
+    pub burst_stamp_us: AtomicU64,
+    /// Burst controller: the container's effective refill rate in ppm, in [limit, ceiling]
+    /// (0 = none yet: the limit).
+    pub burst_rate_ppm: AtomicU64,
+    /// Burst ceiling in percent (`CUDA_DEVICE_SM_CEILING`, published by the first process; 0 =
+    /// unset = the SM limit, no burst). Operators change it live (`vgpu-smi set-limit --sm-ceiling`).
+    pub sm_ceiling: AtomicU64,
 }
 
 impl DeviceLimiterState {
@@ -200,11 +213,11 @@ impl DeviceLimiterState {
             &self.reserved[2],
             &self.reserved[3],
             &self.reserved[4],
-            &self.reserved[5],
-            &self.reserved[6],
-            &self.reserved[7],
-            &self.reserved[8],
-            &self.reserved[9],
+            &self.burst_others_ppm,
+            &self.burst_peak_ppm,
+            &self.burst_stamp_us,
+            &self.burst_rate_ppm,
+            &self.sm_ceiling,
         ]
     }
 
@@ -309,6 +322,11 @@ const _: () = {
     assert!(offset_of!(DeviceLimiterState, correction_ppm) == 96);
     assert!(offset_of!(DeviceLimiterState, unresolved_pids) == 104);
     assert!(offset_of!(DeviceLimiterState, reserved) == 112);
+    assert!(offset_of!(DeviceLimiterState, burst_others_ppm) == 152);
+    assert!(offset_of!(DeviceLimiterState, burst_peak_ppm) == 160);
+    assert!(offset_of!(DeviceLimiterState, burst_stamp_us) == 168);
+    assert!(offset_of!(DeviceLimiterState, burst_rate_ppm) == 176);
+    assert!(offset_of!(DeviceLimiterState, sm_ceiling) == 184);
 
     assert!(size_of::<RegionExt>() == EXT_SIZE);
     assert!(offset_of!(RegionExt, ext_magic) == 0);
