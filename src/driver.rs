@@ -64,6 +64,7 @@ called! {
     LIBNVML fn nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
     LIBNVML fn nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
+    LIBNVML fn nvmlDeviceGetUtilizationRates(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t;
     LIBCUDA fn cuStreamGetCtx(CUstream, *mut CUcontext) -> CUresult;
     LIBCUDA fn cuStreamGetCtx_ptsz(CUstream, *mut CUcontext) -> CUresult;
     LIBCUDA fn cuStreamQuery(CUstream) -> CUresult;

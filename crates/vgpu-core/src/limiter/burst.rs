@@ -79,6 +79,10 @@ pub struct Observation {
     pub device_busy_ns: u64,
     /// This container's busy time.
     pub own_busy_ns: u64,
+    /// Another tenant ran at all in the span (per-process NVML lists a busy PID that is not
+    /// ours). A newcomer whose first timing samples are inflated by our queued work may run very
+    /// little: its presence alone is a reason to back off when the device is saturated.
+    pub others_present: bool,
 }
 
 impl Observation {
@@ -130,7 +134,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let x = (r - lim.limit_ppm) as f64;
     let busy = obs.busy_ppm();
     let mut nx = if busy >= SATURATED_PPM {
-        if obs.others_ppm() >= OTHERS_ACTIVE_PPM { x * BACKOFF.powf(steps) } else { x }
+        if obs.others_ppm() >= OTHERS_ACTIVE_PPM || obs.others_present { x * BACKOFF.powf(steps) } else { x }
     } else {
         let idle = (PPM - busy) as f64;
         x + GROWTH * steps.min(1.5) * idle * lim.limit_ppm as f64 / PPM as f64
@@ -187,6 +191,28 @@ pub fn ceiling_pct(w: Words<'_>, env_pct: u64) -> u64 {
     cur
 }
 
+/// Busy µs per PID from NVML per-process samples `(pid, time stamp µs, SM %)` newer than
+/// `from_us`: each distinct time stamp closes one driver period (from the previous stamp), and a
+/// sample weighs its own period. Returns the busy times and the end of the covered span (`now_us`
+/// when nothing was busy).
+pub fn busy_by_pid(samples: &[(u32, u64, u32)], from_us: u64, now_us: u64) -> (Vec<(u32, u64)>, u64) {
+    let mut ts: Vec<u64> = samples.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
+    ts.sort_unstable();
+    ts.dedup();
+    let Some(&end) = ts.last() else { return (Vec::new(), now_us) };
+    let mut busy: Vec<(u32, u64)> = Vec::new();
+    for &(pid, t, u) in samples.iter().filter(|s| s.1 > from_us) {
+        let i = ts.binary_search(&t).unwrap_or(0);
+        let start = if i == 0 { from_us } else { ts[i - 1] };
+        let b = (t - start) * u.min(100) as u64 / 100;
+        match busy.iter_mut().find(|x| x.0 == pid) {
+            Some(x) => x.1 += b,
+            None => busy.push((pid, b)),
+        }
+    }
+    (busy, end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::words::new_state;
@@ -196,7 +222,22 @@ mod tests {
 
     fn obs(busy_pct: f64, own_pct: f64) -> Observation {
         let span = STEP_NS;
-        Observation { span_ns: span, device_busy_ns: (span as f64 * busy_pct / 100.0) as u64, own_busy_ns: (span as f64 * own_pct / 100.0) as u64 }
+        Observation {
+            span_ns: span,
+            device_busy_ns: (span as f64 * busy_pct / 100.0) as u64,
+            own_busy_ns: (span as f64 * own_pct / 100.0) as u64,
+            others_present: false,
+        }
+    }
+
+    #[test]
+    fn busy_by_pid_weighs_periods() {
+        // Two driver periods (100..200, 200..300): pid 7 50 % then 100 %, pid 9 20 % in the first.
+        let s = [(7, 200, 50), (9, 200, 20), (7, 300, 100), (5, 90, 100)];
+        let (b, end) = busy_by_pid(&s, 100, 400);
+        assert_eq!(end, 300);
+        assert_eq!(b, vec![(7, 150), (9, 20)]);
+        assert_eq!(busy_by_pid(&[], 100, 400), (Vec::new(), 400));
     }
 
     #[test]
@@ -263,6 +304,9 @@ mod tests {
             s = step(s, l, obs(100.0, 30.0));
         }
         assert!(s.rate_ppm - l.limit_ppm < 100, "{s:?}");
+        // A tenant that barely runs (below OTHERS_ACTIVE) but is present is yielded to as well.
+        let tiny = Observation { others_present: true, ..obs(100.0, 99.5) };
+        assert!(step(rate(PPM), l, tiny).rate_ppm < step(rate(PPM), l, obs(100.0, 99.5)).rate_ppm);
         // The others' recent peak keeps room for them a while after they go quiet...
         let mut q = s;
         for _ in 0..5 {
@@ -311,9 +355,9 @@ mod tests {
     fn long_spans_count_as_several_steps_and_stale_spans_as_none() {
         let l = Limits::new(30, 100).unwrap();
         let one = step(rate(PPM), l, obs(100.0, 90.0));
-        let long = step(rate(PPM), l, Observation { span_ns: 3 * STEP_NS, device_busy_ns: 3 * STEP_NS, own_busy_ns: 27 * STEP_NS / 10 });
+        let long = step(rate(PPM), l, Observation { span_ns: 3 * STEP_NS, device_busy_ns: 3 * STEP_NS, own_busy_ns: 27 * STEP_NS / 10, others_present: false });
         assert!(long.rate_ppm < one.rate_ppm, "{long:?} {one:?}");
-        assert_eq!(step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, device_busy_ns: 0, own_busy_ns: 0 }).rate_ppm, PPM);
+        assert_eq!(step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, ..Observation::default() }).rate_ppm, PPM);
     }
 
     #[test]

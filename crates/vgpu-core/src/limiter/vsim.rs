@@ -157,19 +157,21 @@ pub fn run(sc: &Scenario) -> Outcome {
             let charged = w.charged_ns().load(core::sync::atomic::Ordering::Relaxed);
             let obs = if sc.nvml {
                 // Per-process NVML: integer percent per process over the span, summed.
-                let (mut dev, mut own) = (0, 0);
+                let (mut dev, mut own, mut present) = (0, 0, false);
                 for p in procs.iter() {
                     let b = pct(busy_in(&p.busy, last, now)) * span / 100;
                     dev += b;
                     if p.container == ci {
                         own += b;
+                    } else {
+                        present |= b > 0;
                     }
                 }
-                Observation { span_ns: span, device_busy_ns: dev, own_busy_ns: own }
+                Observation { span_ns: span, device_busy_ns: dev, own_busy_ns: own, others_present: present }
             } else {
                 // Device utilisation (integer percent) and the container's own charges.
                 let dev: u64 = procs.iter().map(|p| busy_in(&p.busy, last, now)).sum();
-                Observation { span_ns: span, device_busy_ns: pct(dev) * span / 100, own_busy_ns: charged.saturating_sub(last_charged) }
+                Observation { span_ns: span, device_busy_ns: pct(dev) * span / 100, own_busy_ns: charged.saturating_sub(last_charged), others_present: false }
             };
             tick_state[ci] = (now, charged);
             let l = lims[ci].unwrap();
