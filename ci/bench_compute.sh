@@ -63,7 +63,7 @@ def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=W
     state = os.path.join(d, "sim.state")
     extra = extra or {}
     subprocess.run([CLIENT, "--count", "0"], env=base_env(state, extra), stdout=subprocess.DEVNULL, check=True)
-    nprocs = sum(n for _, n in containers)
+    nprocs = sum(c[1] for c in containers)
     t0 = mono_ns() + int((0.4 + 0.1 * nprocs) * 1e9)
     procs = []
     for ci, c in enumerate(containers):
