@@ -175,11 +175,10 @@ pub struct DeviceLimiterState {
     pub correction_ppm: AtomicU64,
     /// Processes of the container still without a host PID.
     pub unresolved_pids: AtomicU64,
-    pub reserved: [AtomicU64; 5],
-    /// Burst controller (`limiter::burst`): other tenants' busy fraction, smoothed, ppm.
-    pub burst_others_ppm: AtomicU64,
-    /// Burst controller: recent peak of `burst_others_ppm` (decays), ppm.
-    pub burst_peak_ppm: AtomicU64,
+    pub reserved: [AtomicU64; 6],
+    /// Burst controller (`limiter::burst`): its smoothed signals, three 21-bit ppm fields
+    /// (others' share | its recent peak << 21 | device busy << 42).
+    pub burst_signals: AtomicU64,
     /// Burst controller (`limiter::burst`): wall µs of its last step (0 = none yet); the step's
     /// leader is whoever advances it by CAS, and it is the `lastSeen` of the next NVML query.
     pub burst_stamp_us: AtomicU64,
@@ -213,8 +212,8 @@ impl DeviceLimiterState {
             &self.reserved[2],
             &self.reserved[3],
             &self.reserved[4],
-            &self.burst_others_ppm,
-            &self.burst_peak_ppm,
+            &self.reserved[5],
+            &self.burst_signals,
             &self.burst_stamp_us,
             &self.burst_rate_ppm,
             &self.sm_ceiling,
@@ -322,8 +321,7 @@ const _: () = {
     assert!(offset_of!(DeviceLimiterState, correction_ppm) == 96);
     assert!(offset_of!(DeviceLimiterState, unresolved_pids) == 104);
     assert!(offset_of!(DeviceLimiterState, reserved) == 112);
-    assert!(offset_of!(DeviceLimiterState, burst_others_ppm) == 152);
-    assert!(offset_of!(DeviceLimiterState, burst_peak_ppm) == 160);
+    assert!(offset_of!(DeviceLimiterState, burst_signals) == 160);
     assert!(offset_of!(DeviceLimiterState, burst_stamp_us) == 168);
     assert!(offset_of!(DeviceLimiterState, burst_rate_ppm) == 176);
     assert!(offset_of!(DeviceLimiterState, sm_ceiling) == 184);

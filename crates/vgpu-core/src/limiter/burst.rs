@@ -26,6 +26,10 @@ use super::PPM;
 use super::words::Words;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
+/// The highest effective rate: a burster admits a little less than the device can run, so its
+/// driver queues drain instead of holding tens of ms of work that a newcomer's first kernels (and
+/// its first timing samples) would wait behind.
+pub const MAX_RATE_PPM: u64 = 970_000;
 /// One controller step per this much wall time (the watcher's control period).
 pub const STEP_NS: u64 = 20_000_000;
 /// A span longer than this says nothing about now (nobody led for a while): no step.
@@ -38,6 +42,10 @@ pub const OTHERS_ACTIVE_PPM: u64 = 30_000;
 pub const GROWTH: f64 = 1.0;
 /// The excess kept per congested step.
 pub const BACKOFF: f64 = 0.8;
+/// The excess kept when another tenant appears on a device it was not using.
+pub const NEWCOMER_BACKOFF: f64 = 0.3;
+/// Smoothing of the device's busy fraction per step.
+pub const BUSY_SMOOTH: f64 = 0.5;
 /// Smoothing of the others' share per step.
 pub const OTHERS_SMOOTH: f64 = 0.3;
 /// The others' recent peak decays by this fraction of the device per second.
@@ -57,7 +65,7 @@ impl Limits {
     /// burst, above 100 means 100. `None` when the limit is not a limit (0 or ≥ 100).
     pub fn new(limit_pct: u64, ceiling_pct: u64) -> Option<Limits> {
         let limit_ppm = super::limit_to_ppm(limit_pct)?;
-        let ceiling_ppm = (ceiling_pct.min(100) * 10_000).max(limit_ppm);
+        let ceiling_ppm = (ceiling_pct.min(100) * 10_000).min(MAX_RATE_PPM).max(limit_ppm);
         Some(Limits { limit_ppm, ceiling_ppm })
     }
 
@@ -106,11 +114,21 @@ pub struct State {
     pub others_ppm: u64,
     /// Recent peak of `others_ppm`, decaying at [`PEAK_DECAY_PER_S`].
     pub peak_ppm: u64,
+    /// Device busy fraction, smoothed.
+    pub busy_ppm: u64,
 }
+
+const FIELD: u32 = 21;
+const MASK: u64 = (1 << FIELD) - 1;
 
 impl State {
     pub fn load(w: Words<'_>) -> State {
-        State { rate_ppm: w.burst_rate_ppm().load(Relaxed), others_ppm: w.burst_others_ppm().load(Relaxed), peak_ppm: w.burst_peak_ppm().load(Relaxed) }
+        let s = w.burst_signals().load(Relaxed);
+        State { rate_ppm: w.burst_rate_ppm().load(Relaxed), others_ppm: s & MASK, peak_ppm: (s >> FIELD) & MASK, busy_ppm: (s >> (2 * FIELD)) & MASK }
+    }
+
+    fn signals(&self) -> u64 {
+        self.others_ppm.min(PPM) | self.peak_ppm.min(PPM) << FIELD | self.busy_ppm.min(PPM) << (2 * FIELD)
     }
 }
 
@@ -132,9 +150,19 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let decay = PEAK_DECAY_PER_S * PPM as f64 * obs.span_ns as f64 / 1e9;
     let peak = others.max(st.peak_ppm as f64 - decay).max(0.0);
     let x = (r - lim.limit_ppm) as f64;
-    let busy = obs.busy_ppm();
+    // Device busy, smoothed: with long kernels a single span is all busy or not at all.
+    let ab = if st.signals() == 0 { 1.0 } else { (BUSY_SMOOTH * steps).min(1.0) };
+    let busy_s = st.busy_ppm as f64 + ab * (obs.busy_ppm() as f64 - st.busy_ppm as f64);
+    let busy = busy_s.round() as u64;
     let mut nx = if busy >= SATURATED_PPM {
-        if obs.others_ppm() >= OTHERS_ACTIVE_PPM || obs.others_present { x * BACKOFF.powf(steps) } else { x }
+        if obs.others_ppm() >= OTHERS_ACTIVE_PPM || obs.others_present {
+            // A tenant that was not there before (a newcomer) gets room at once; a tenant that
+            // was (a co-burster) the gradual back-off.
+            let f = if st.others_ppm < OTHERS_ACTIVE_PPM && st.signals() != 0 { NEWCOMER_BACKOFF } else { BACKOFF.powf(steps) };
+            x * f
+        } else {
+            x
+        }
     } else {
         let idle = (PPM - busy) as f64;
         x + GROWTH * steps.min(1.5) * idle * lim.limit_ppm as f64 / PPM as f64
@@ -143,7 +171,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     // start-up (a newcomer's first, queue-inflated timing samples put it in debt for a while).
     let room = PPM as f64 + PEAK_SLACK * PPM as f64 - peak - lim.limit_ppm as f64;
     nx = nx.min(room.max(0.0));
-    State { rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64), others_ppm: others.round() as u64, peak_ppm: peak.round() as u64 }
+    State { rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64), others_ppm: others.round() as u64, peak_ppm: peak.round() as u64, busy_ppm: busy }
 }
 
 /// The effective rate the bucket refills at now.
@@ -167,8 +195,7 @@ pub fn try_lead(w: Words<'_>, now_us: u64) -> Option<u64> {
 /// Publishes a step's state (by its leader). A lower rate also lowers the balance to the new cap
 /// at once (the tokens saved at the higher rate would otherwise delay the yield).
 pub fn publish(w: Words<'_>, st: State) {
-    w.burst_others_ppm().store(st.others_ppm, Relaxed);
-    w.burst_peak_ppm().store(st.peak_ppm, Relaxed);
+    w.burst_signals().store(st.signals(), Relaxed);
     let new_rate_ppm = st.rate_ppm;
     let old = w.burst_rate_ppm().swap(new_rate_ppm, AcqRel);
     if old != 0 && new_rate_ppm < old {
@@ -249,10 +276,10 @@ mod tests {
         assert_eq!(l.ceiling_ppm, 300_000);
         assert!(!Limits::new(30, 20).unwrap().bursting());
         let l = Limits::new(30, 250).unwrap();
-        assert_eq!(l.ceiling_ppm, PPM);
+        assert_eq!(l.ceiling_ppm, MAX_RATE_PPM);
         assert_eq!(l.clamp(0), 300_000);
         assert_eq!(l.clamp(5), 300_000);
-        assert_eq!(l.clamp(2 * PPM), PPM);
+        assert_eq!(l.clamp(2 * PPM), MAX_RATE_PPM);
     }
 
     fn rate(r: u64) -> State {
@@ -357,7 +384,7 @@ mod tests {
         let one = step(rate(PPM), l, obs(100.0, 90.0));
         let long = step(rate(PPM), l, Observation { span_ns: 3 * STEP_NS, device_busy_ns: 3 * STEP_NS, own_busy_ns: 27 * STEP_NS / 10, others_present: false });
         assert!(long.rate_ppm < one.rate_ppm, "{long:?} {one:?}");
-        assert_eq!(step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, ..Observation::default() }).rate_ppm, PPM);
+        assert_eq!(step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, ..Observation::default() }).rate_ppm, MAX_RATE_PPM);
     }
 
     #[test]
