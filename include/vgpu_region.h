@@ -107,7 +107,8 @@ typedef struct {
     uint64_t sensor;             /* 0 none, 1 self-measured, 2 NVML per-process */
     uint64_t correction_ppm;     /* last outer-loop correction x 1e6 */
     uint64_t unresolved_pids;    /* processes without a host PID yet */
-    uint64_t reserved[6];
+    uint64_t reserved[5];
+    uint64_t burst_seen_us;    /* burst controller: NVML per-process samples used up to (wall us) */
     uint64_t burst_signals;    /* burst controller: 3 x 21-bit ppm (others | peak << 21 | busy << 42) */
     uint64_t burst_stamp_us;   /* burst controller: wall us of its last step */
     uint64_t burst_rate_ppm;   /* burst controller: effective rate, ppm (0 = the limit) */

@@ -10,6 +10,7 @@
 use super::{Compute, api, mono_ns, wall_ns};
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::burst::{self, Limits, Observation, State};
+use vgpu_core::limiter::words::Words;
 
 /// Per-device, per-process bookkeeping (in `Ctl`).
 #[derive(Default)]
@@ -39,12 +40,14 @@ pub fn tick(c: &Compute, d: usize) {
     }
     let w = c.words(d);
     let now_us = wall_ns() / 1000;
-    let Some(prev_us) = burst::try_lead(w, now_us) else { return };
+    if burst::try_lead(w, now_us).is_none() {
+        return;
+    }
+    let per_process = dev.ctl.lock().nvml_supported != Some(false);
+    let hostpids = super::watcher::container_hostpids(c);
     let obs = {
-        let mut ctl = dev.ctl.lock();
-        let per_process = ctl.nvml_supported != Some(false);
-        let hostpids = super::watcher::container_hostpids(c);
-        let loc = &mut ctl.burst;
+        let mut guard = dev.burst.lock();
+        let loc = &mut *guard;
         if !loc.tried {
             loc.tried = true;
             loc.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
@@ -54,7 +57,7 @@ pub fn tick(c: &Compute, d: usize) {
             None
         } else {
             let h = loc.handle as crate::ffi::nvmlDevice_t;
-            let via_processes = if per_process { from_processes(h, prev_us, now_us, &hostpids) } else { None };
+            let via_processes = if per_process { from_processes(h, w, now_us, &hostpids) } else { None };
             via_processes.or_else(|| from_device(h, loc, w.charged_ns().load(Ordering::Relaxed)).or_else(|| {
                 no_sensor(loc, d);
                 None
@@ -76,17 +79,25 @@ fn no_sensor(loc: &mut Local, d: usize) {
     }
 }
 
-/// Per-process NVML over `(prev_us, now]`. `None`: not available; `Some(None)`: no span yet.
-fn from_processes(h: crate::ffi::nvmlDevice_t, prev_us: u64, now_us: u64, ours: &[u32]) -> Option<Option<Observation>> {
-    if prev_us == 0 || prev_us >= now_us {
+/// Per-process NVML samples newer than the container's `burst_seen_us`. `None`: not available;
+/// `Some(None)`: nothing new (the driver samples every few tens of ms or more on hardware: a span
+/// without samples says nothing, and the next query starts from the same point).
+fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: &[u32]) -> Option<Option<Observation>> {
+    let prev_us = w.burst_seen_us().load(Ordering::Acquire);
+    if prev_us == 0 || prev_us >= now_us || now_us - prev_us > burst::MAX_SPAN_NS / 1000 {
+        w.burst_seen_us().store(now_us, Ordering::Release);
         return Some(None);
     }
     let samples = match api::nvml_process_util(h, prev_us) {
         api::Util::Samples(v) => v,
-        api::Util::NoneBusy => Vec::new(),
+        api::Util::NoneBusy => return Some(None),
         api::Util::NotSupported | api::Util::Error(_) => return None,
     };
     let (busy, end_us) = burst::busy_by_pid(&samples, prev_us, now_us);
+    if end_us <= prev_us || busy.is_empty() {
+        return Some(None);
+    }
+    w.burst_seen_us().store(end_us, Ordering::Release);
     let span_ns = end_us.saturating_sub(prev_us) * 1000;
     let device: u64 = busy.iter().map(|b| b.1).sum();
     let own: u64 = busy.iter().filter(|b| ours.contains(&b.0)).map(|b| b.1).sum();

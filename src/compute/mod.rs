@@ -86,6 +86,9 @@ pub struct Dev {
     /// Process-local bucket when the region (or its extension) is unavailable.
     local: Box<DeviceLimiterState>,
     pub ctl: Mutex<Ctl>,
+    /// The burst controller's per-process bookkeeping (watcher only; held across its NVML calls,
+    /// which is why it is not in `ctl`, which the launch path takes).
+    burst: Mutex<burst::Local>,
 }
 
 /// Controller state of one device in this process.
@@ -101,7 +104,6 @@ pub struct Ctl {
     pub first_ctx_seen: bool,
     /// Last `sm_util` written to our slot.
     pub sm_util: Option<u64>,
-    pub burst: burst::Local,
 }
 
 pub struct Compute {
@@ -166,8 +168,8 @@ fn init_slow() -> &'static Compute {
                     nvml_supported: None,
                     first_ctx_seen: false,
                     sm_util: None,
-                    burst: burst::Local::default(),
                 }),
+                burst: Mutex::new(burst::Local::default()),
             })
             .collect(),
         kt: KernelTimeRecorder::new(),

@@ -11,10 +11,14 @@
 //! * idle time on the device (`busy < SATURATED`): `x += GROWTH · idle · L` — a container grows
 //!   in proportion to its guarantee, so two bursting containers add to their excesses in the ratio
 //!   of their guarantees, and the growth slows as the idle time is used up;
-//! * no idle time and another tenant active (`others ≥ OTHERS_ACTIVE`): `x ×= BACKOFF` per step —
-//!   every container above its guarantee gives up the same fraction of its excess, so a newcomer
-//!   gets room within a few steps and the excess ratios are preserved;
+//! * no idle time and another tenant active (`others ≥ OTHERS_ACTIVE`, or any other PID busy):
+//!   `x ×= BACKOFF` per step — every container above its guarantee gives up the same fraction of
+//!   its excess, so the excess ratios are preserved; a tenant that was not there before (a
+//!   newcomer) gets `NEWCOMER_BACKOFF` at once;
 //! * otherwise (saturated by ourselves alone): hold.
+//!
+//! Two bounds on top: `r ≤ 1 − peak + PEAK_SLACK` (room another tenant recently used is not taken
+//! back while it is momentarily quiet) and `r ≤ MAX_RATE_PPM` (the burster's driver queues drain).
 //!
 //! Weighted additive increase + multiplicative decrease converges to excesses in the ratio of
 //! the guarantees whatever the start (Chiu & Jain: each decrease shrinks the difference of the

@@ -20,6 +20,7 @@
 //! | 11 | `sensor` | [`SENSOR_NONE`], [`SENSOR_SELF`], [`SENSOR_NVML`] |
 //! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
 //! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
+//! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
 //! | 20 | `burst_signals` | burst controller: smoothed others' share, its peak, device busy (3 × 21 bits) |
 //! | 21 | `burst_stamp_us` | burst controller: wall µs of its last step (CAS = leadership) |
 //! | 22 | `burst_rate_ppm` | burst controller: effective rate in [limit, ceiling] (0 = the limit) |
@@ -71,6 +72,7 @@ impl<'a> Words<'a> {
     word!(sensor);
     word!(correction_ppm);
     word!(unresolved_pids);
+    word!(burst_seen_us);
     word!(burst_signals);
     word!(burst_stamp_us);
     word!(burst_rate_ppm);
