@@ -109,7 +109,7 @@ typedef struct {
     uint64_t unresolved_pids;    /* processes without a host PID yet */
     uint64_t reserved[5];
     uint64_t burst_seen_us;    /* burst controller: NVML per-process samples used up to (wall us) */
-    uint64_t burst_signals;    /* burst controller: 3 x 21-bit ppm (others | peak << 21 | busy << 42) */
+    uint64_t burst_signals;    /* burst controller: 3 x 21-bit ppm (others | hold << 21 | busy << 42) */
     uint64_t burst_stamp_us;   /* burst controller: wall us of its last step */
     uint64_t burst_rate_ppm;   /* burst controller: effective rate, ppm (0 = the limit) */
     uint64_t sm_ceiling;       /* burst ceiling, percent (0 = unset = the SM limit) */

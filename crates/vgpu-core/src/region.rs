@@ -180,7 +180,7 @@ pub struct DeviceLimiterState {
     /// `lastSeen` of the next query; 0 = none yet).
     pub burst_seen_us: AtomicU64,
     /// Burst controller (`limiter::burst`): its smoothed signals, three 21-bit ppm fields
-    /// (others' share | its recent peak << 21 | device busy << 42).
+    /// (others' share | newcomer hold << 21 | device busy << 42).
     pub burst_signals: AtomicU64,
     /// Burst controller (`limiter::burst`): wall µs of its last step (0 = none yet); the step's
     /// leader is whoever advances it by CAS.
