@@ -72,10 +72,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         let now = mono_ns();
         // Re-read every round: a live limit change or the burst controller's rate applies to
         // launches already waiting.
-        params = match c.params(d) {
-            Some(p) => p,
-            None => return None,
-        };
+        params = c.params(d)?;
         let bucket = Bucket::attach(c.bucket_state(d), params);
         let (pred, k) = {
             let mut ctl = dev.ctl.lock();
