@@ -168,7 +168,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let decay = PEAK_DECAY_PER_S * PPM as f64 * obs.span_ns as f64 / 1e9;
     let peak = if newcomer { PPM as f64 } else { (st.peak_ppm as f64 - decay).max(0.0) };
     let mut nx = if saturated {
-        if others_active { x * BACKOFF.powf(steps) } else { x }
+        if others_active { x * backoff(steps) } else { x }
     } else {
         let idle = (PPM - busy) as f64;
         x + GROWTH * steps.min(1.5) * idle * lim.limit_ppm as f64 / PPM as f64
@@ -176,6 +176,18 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let room = PPM as f64 + PEAK_SLACK * PPM as f64 - peak - lim.limit_ppm as f64;
     nx = nx.min(room.max(0.0));
     State { rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64), others_ppm: others.round() as u64, peak_ppm: peak.round() as u64, busy_ppm: busy }
+}
+
+/// `BACKOFF^steps` without libm (`powf` would add a NEEDED libm.so.6 to the shim): whole steps
+/// multiplied, the fraction interpolated.
+fn backoff(steps: f64) -> f64 {
+    let mut f = 1.0;
+    let mut n = steps;
+    while n >= 1.0 {
+        f *= BACKOFF;
+        n -= 1.0;
+    }
+    f * (1.0 - n * (1.0 - BACKOFF))
 }
 
 /// The effective rate the bucket refills at now.
@@ -269,6 +281,14 @@ mod tests {
         assert_eq!(end, 300);
         assert_eq!(b, vec![(7, 150), (9, 20)]);
         assert_eq!(busy_by_pid(&[], 100, 400), (Vec::new(), 400));
+    }
+
+    #[test]
+    fn backoff_per_steps() {
+        assert_eq!(backoff(1.0), BACKOFF);
+        assert!((backoff(3.0) - BACKOFF * BACKOFF * BACKOFF).abs() < 1e-12);
+        let h = backoff(0.5);
+        assert!(h < 1.0 && h > BACKOFF);
     }
 
     #[test]

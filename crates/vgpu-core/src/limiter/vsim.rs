@@ -497,9 +497,10 @@ fn two_bursting_share_the_remainder_by_guarantee() {
             let short = matches!(w, Work::Fixed(50_000));
             let (tot, band) = if short { (92.0, 5.0) } else { (90.0, 8.0) };
             assert!((a - 50.0).abs() <= band && (c - 50.0).abs() <= band && a + c >= tot, "{w:?} np {np}: {:?}", o.share);
-            let o = burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 14);
-            let (a, d) = (o.share[0], o.share[1]);
-            assert!((a - 25.0).abs() <= 5.0 && (d - 75.0).abs() <= 6.5 && a < d / 2.0, "{w:?} np {np}: {:?}", o.share);
+            // Mean of two seeds: 20 ms kernels × 8 processes on a FIFO device make one run lumpy.
+            let (o1, o2) = (burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 14), burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 24));
+            let (a, d) = ((o1.share[0] + o2.share[0]) / 2.0, (o1.share[1] + o2.share[1]) / 2.0);
+            assert!((a - 25.0).abs() <= 5.0 && (d - 75.0).abs() <= 6.5 && a < d / 2.0, "{w:?} np {np}: {:?} {:?}", o1.share, o2.share);
         }
     }
 }
