@@ -37,7 +37,7 @@ import os, subprocess, sys, time, struct, zlib, statistics
 CLIENT = os.environ["BENCH_CLIENT"]; SHIM = os.environ["BENCH_SHIM"]; SIMCTL = os.environ["BENCH_SIMCTL"]
 SIMLIB = os.environ["BENCH_SIMLIB"]; WORK = os.environ["BENCH_WORK"]; OUT = os.environ["BENCH_OUT"]
 QUICK = os.environ.get("BENCH_QUICK") == "1"
-SECTIONS = set((os.environ.get("BENCH_SECTIONS") or "main,pair,nonvml,under,latency").split(","))
+SECTIONS = set((os.environ.get("BENCH_SECTIONS") or "main,pair,nonvml,under,latency,burst").split(","))
 PID_OFFSET = os.environ.get("BENCH_PID_OFFSET", "100000")
 SETTLE, WINDOW, STEP_MS = 1.0, 5.0, 100
 
@@ -53,25 +53,30 @@ def base_env(state, extra):
 
 cell_no = [0]
 
-def run_cell(containers, args, extra=None, seconds=SETTLE + WINDOW):
-    """containers: list of (limit or None for no shim, nprocs). Returns per-container
-    (window share %, worst 1 s share %, series of (t_s, share %) per STEP_MS, launches)."""
+def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=WINDOW):
+    """containers: list of (limit or None for no shim, nprocs[, ceiling, start s]). Returns per
+    container (window share %, 1 s shares, series of (t_s, share %) per STEP_MS, launches)."""
+    seconds = seconds or settle + window
     cell_no[0] += 1
     d = os.path.join(WORK, f"cell{cell_no[0]}")
     os.makedirs(d)
     state = os.path.join(d, "sim.state")
     extra = extra or {}
     subprocess.run([CLIENT, "--count", "0"], env=base_env(state, extra), stdout=subprocess.DEVNULL, check=True)
-    nprocs = sum(n for _, n in containers)
+    nprocs = sum(c[1] for c in containers)
     t0 = mono_ns() + int((0.4 + 0.1 * nprocs) * 1e9)
     procs = []
-    for ci, (limit, n) in enumerate(containers):
+    for ci, c in enumerate(containers):
+        limit, n = c[0], c[1]
+        ceiling, start = (c[2], c[3]) if len(c) > 2 else (0, 0.0)
         env = base_env(state, extra)
         env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(d, f"c{ci}.cache")
         if limit is not None:
             env.update({"LD_PRELOAD": SHIM, "CUDA_DEVICE_SM_LIMIT": str(limit), "GPU_CORE_UTILIZATION_POLICY": "force"})
+        if ceiling:
+            env["CUDA_DEVICE_SM_CEILING"] = str(ceiling)
         for _ in range(n):
-            p = subprocess.Popen([CLIENT, "--seconds", f"{seconds + 0.3}", "--start-at", str(t0)] + args,
+            p = subprocess.Popen([CLIENT, "--seconds", f"{seconds - start + 0.3}", "--start-at", str(t0 + int(start * 1e9))] + args,
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs.append((ci, p))
     while mono_ns() < t0:
@@ -105,9 +110,9 @@ def run_cell(containers, args, extra=None, seconds=SETTLE + WINDOW):
             return (busy[b][ci] - busy[a][ci]) / ((b - a) * 1e6) * 100
         def at(sec):
             return min(ts, key=lambda t: abs(t - sec * 1000))
-        w0, w1 = at(SETTLE), at(SETTLE + WINDOW)
+        w0, w1 = at(settle), at(settle + window)
         win = share(w0, w1)
-        secs = [share(at(SETTLE + i), at(SETTLE + i + 1)) for i in range(int(WINDOW))]
+        secs = [share(at(settle + i), at(settle + i + 1)) for i in range(int(window))]
         series = [(ts[i + 1] / 1000, share(ts[i], ts[i + 1])) for i in range(len(ts) - 1)]
         res.append((win, secs, series, launches[ci]))
     return res
@@ -214,7 +219,39 @@ for i, (name, _, _) in enumerate(CONFIGS if rounds else []):
     csv.append(f"latency,{name},1,,{med[0]},{added},{med[1]},")
 out()
 
-# ---- plot: share over time per limit (1 process, 50 us kernels), a tiny PNG writer ----
+# ---- burst: the limit as a guarantee, idle time up to CUDA_DEVICE_SM_CEILING (issue 12) ----
+burst_trace = {}
+BURST_T, BURST_B_START = 4.0, 1.5
+out("### Burst: limit = guarantee, idle time shared up to the ceiling (separate containers)")
+out()
+out("Share over 1-4 s after a common start (B-start: B's first second after it starts, and the time until B's")
+out("100 ms share first reaches 45 %). Targets: alone >= 90; A+B: B >= 48, A 28-52; A+C: 50 +- 5 each, sum >= 92;")
+out("A+D: 25 +- 5 / 75 +- 5; B-start: B's first second >= 45.")
+out()
+out("| workload | procs | A 30/100 alone | A 30/100 + B 50 | A 30/100 + C 30/100 | A 20/100 + D 60/100 | B starts: B first 1 s / A | time to 45 % |")
+out("|---|---:|---:|---:|---:|---:|---:|---:|")
+BURST_WORK = WORKLOADS if not QUICK else WORKLOADS[:1]
+for wname, wargs in (BURST_WORK if "burst" in SECTIONS else []):
+    for n in (1, 4):
+        (al, _, _, _), = run_cell([(30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (ab_a, _, _, _), (ab_b, _, _, _) = run_cell([(30, n, 100, 0.0), (50, n, 0, 0.0)], wargs, settle=1.0, window=3.0)
+        (ac_a, _, _, _), (ac_c, _, _, _) = run_cell([(30, n, 100, 0.0), (30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (ad_a, _, _, _), (ad_d, _, _, _) = run_cell([(20, n, 100, 0.0), (60, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (bs_a, _, sa, _), (bs_b, _, sb, _) = run_cell([(30, n, 100, 0.0), (50, n, 0, BURST_B_START)], wargs,
+                                                      settle=BURST_B_START, window=1.0, seconds=BURST_T)
+        yield_ms = next((round((t - BURST_B_START) * 1000) for t, v in sb if t > BURST_B_START and v >= 45.0), None)
+        out(f"| {wname} | {n} | {al:.1f} | {ab_a:.1f} / {ab_b:.1f} | {ac_a:.1f} / {ac_c:.1f} (sum {ac_a + ac_c:.1f}) | "
+            f"{ad_a:.1f} / {ad_d:.1f} | {bs_b:.1f} / {bs_a:.1f} | {'-' if yield_ms is None else f'{yield_ms} ms'} |")
+        csv.append(f"burst,{wname},{n},alone,{al:.3f},,,")
+        csv.append(f"burst,{wname},{n},A+B,{ab_a:.3f}/{ab_b:.3f},,,")
+        csv.append(f"burst,{wname},{n},A+C,{ac_a:.3f}/{ac_c:.3f},,,")
+        csv.append(f"burst,{wname},{n},A+D,{ad_a:.3f}/{ad_d:.3f},,,")
+        csv.append(f"burst,{wname},{n},B-start,{bs_b:.3f}/{bs_a:.3f},,,{yield_ms}")
+        if wname.startswith("short") and n == 1:
+            burst_trace = {("A 30/100", 30): sa, ("B 50", 50): sb}
+out()
+
+# ---- plots: share over time (a tiny PNG writer) ----
 FONT = {  # 3x5 glyphs, rows top to bottom
     "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
     "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
@@ -250,40 +287,49 @@ def text(x, y, s, c=(0, 0, 0), sc=2):
                         for b in range(sc):
                             px(x + col * sc + a, y + r * sc + b, c)
         x += 4 * sc
-pw, ph = W - ML - MR, H - MT - MB
-T = SETTLE + WINDOW
-X = lambda t: ML + round(t / T * pw)
-Y = lambda v: MT + ph - round(max(0, min(100, v)) / 100 * ph)
-for v in range(0, 101, 25):
-    line(ML, Y(v), ML + pw, Y(v), (225, 225, 225)); text(ML - 40, Y(v) - 5, f"{v}")
-for t in range(0, int(T) + 1):
-    line(X(t), MT, X(t), MT + ph, (235, 235, 235)); text(X(t) - 4, MT + ph + 10, f"{t}")
-line(ML, MT, ML, MT + ph, (0, 0, 0)); line(ML, MT + ph, ML + pw, MT + ph, (0, 0, 0))
-line(X(SETTLE), MT, X(SETTLE), MT + ph, (160, 160, 160))
-text(ML, 12, "SHARE % PER 100 MS VS TIME S  -  1 PROCESS, 50 US KERNELS")
-text(ML + pw // 2 - 20, H - 24, "TIME S")
-colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
-for i, lim in enumerate(sorted(trace)):
-    c = colors[i % len(colors)]
-    for x in range(ML, ML + pw, 8):
-        line(x, Y(lim), x + 3, Y(lim), c)
-    pts = trace[lim]
-    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
-        line(X(t0), Y(v0), X(t1), Y(v1), c, 2)
-    ly = MT + 20 + i * 28
-    for dy in range(10):
-        line(ML + pw + 20, ly + dy, ML + pw + 40, ly + dy, c)
-    text(ML + pw + 50, ly, f"LIMIT {lim}")
-raw = b"".join(b"\x00" + bytes(v for p in row for v in p) for row in img)
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0)) + \
-      chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-if trace:
-    with open(os.path.join(OUT, "share_over_time.png"), "wb") as f:
+def plot(trace, fname, title, T, label, mark_t, note):
+    """trace: {key: [(t_s, share %)]}; dashed line at each key's value (its limit)."""
+    global img
+    img = [[(255, 255, 255)] * W for _ in range(H)]
+    pw, ph = W - ML - MR, H - MT - MB
+    X = lambda t: ML + round(t / T * pw)
+    Y = lambda v: MT + ph - round(max(0, min(100, v)) / 100 * ph)
+    for v in range(0, 101, 25):
+        line(ML, Y(v), ML + pw, Y(v), (225, 225, 225)); text(ML - 40, Y(v) - 5, f"{v}")
+    for t in range(0, int(T) + 1):
+        line(X(t), MT, X(t), MT + ph, (235, 235, 235)); text(X(t) - 4, MT + ph + 10, f"{t}")
+    line(ML, MT, ML, MT + ph, (0, 0, 0)); line(ML, MT + ph, ML + pw, MT + ph, (0, 0, 0))
+    line(X(mark_t), MT, X(mark_t), MT + ph, (160, 160, 160))
+    text(ML, 12, title)
+    text(ML + pw // 2 - 20, H - 24, "TIME S")
+    colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
+    for i, key in enumerate(sorted(trace)):
+        c = colors[i % len(colors)]
+        lim = key if isinstance(key, (int, float)) else key[1]
+        for x in range(ML, ML + pw, 8):
+            line(x, Y(lim), x + 3, Y(lim), c)
+        pts = trace[key]
+        for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+            line(X(t0), Y(v0), X(t1), Y(v1), c, 2)
+        ly = MT + 20 + i * 28
+        for dy in range(10):
+            line(ML + pw + 20, ly + dy, ML + pw + 40, ly + dy, c)
+        text(ML + pw + 50, ly, label(key))
+    raw = b"".join(b"\x00" + bytes(v for p in row for v in p) for row in img)
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0)) + \
+          chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+    with open(os.path.join(OUT, fname), "wb") as f:
         f.write(png)
-    out(f"Plot: {os.path.join(OUT, 'share_over_time.png')} (share per 100 ms, one line per limit; dashed: the limit; grey: end of settling).")
+    out(f"Plot: {os.path.join(OUT, fname)} ({note}).")
     out()
+if trace:
+    plot(trace, "share_over_time.png", "SHARE % PER 100 MS VS TIME S  -  1 PROCESS, 50 US KERNELS", SETTLE + WINDOW,
+         lambda k: f"LIMIT {k}", SETTLE, "share per 100 ms, one line per limit; dashed: the limit; grey: end of settling")
+if burst_trace:
+    plot(burst_trace, "burst_newcomer.png", "B STARTS WHILE A BURSTS  -  SHARE % PER 100 MS, 50 US KERNELS", BURST_T,
+         lambda k: k[0], BURST_B_START, "A 30/100 alone, B 50 starts at the grey line; dashed: the guarantees")
 if misses:
     out("Cells outside +-3 points: " + "; ".join(misses))
 else:

@@ -107,7 +107,12 @@ typedef struct {
     uint64_t sensor;             /* 0 none, 1 self-measured, 2 NVML per-process */
     uint64_t correction_ppm;     /* last outer-loop correction x 1e6 */
     uint64_t unresolved_pids;    /* processes without a host PID yet */
-    uint64_t reserved[10];
+    uint64_t reserved[5];
+    uint64_t burst_seen_us;    /* burst controller: NVML per-process samples used up to (wall us) */
+    uint64_t burst_signals;    /* burst controller: 3 x 21-bit ppm (others | hold << 21 | busy << 42) */
+    uint64_t burst_stamp_us;   /* burst controller: wall us of its last step */
+    uint64_t burst_rate_ppm;   /* burst controller: effective rate, ppm (0 = the limit) */
+    uint64_t sm_ceiling;       /* burst ceiling, percent (0 = unset = the SM limit) */
 } vgpu_device_limiter_state_t;  /* 192 bytes */
 
 #define VGPU_OVERFLOW_RECORDS 28
@@ -196,6 +201,7 @@ _Static_assert(offsetof(vgpu_device_limiter_state_t, balance_ns) == 0, "balance_
 _Static_assert(offsetof(vgpu_device_limiter_state_t, last_refill_ns) == 8, "last_refill_ns");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, generation) == 16, "generation");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, rate_ppm) == 24, "rate_ppm");
+_Static_assert(offsetof(vgpu_device_limiter_state_t, sm_ceiling) == 184, "sm_ceiling");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, cap_ns) == 32, "cap_ns");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, charged_ns) == 40, "charged_ns");
 _Static_assert(offsetof(vgpu_device_limiter_state_t, throttled_ns) == 48, "throttled_ns");

@@ -70,6 +70,7 @@ called! {
     LIBNVML fn nvmlDeviceGetUUID;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3;
     LIBNVML fn nvmlDeviceGetProcessUtilization;
+    LIBNVML fn nvmlDeviceGetUtilizationRates;
     LIBCUDA fn cuStreamGetCtx;
     LIBCUDA fn cuStreamGetCtx_ptsz;
     LIBCUDA fn cuStreamQuery;

@@ -540,9 +540,33 @@ fn control_verbs() {
         assert_eq!(o.code, Some(1), "{args:?}: {}", o.dump());
         assert!(o.stderr.contains(want), "{args:?}: {}", o.dump());
     }
-    let o = run_smi(&sb, &["set-limit", "--sm-ceiling", "80"]);
+    // The burst ceiling is our extension's `sm_ceiling` word of device d, at file offset
+    // 2 011 136 (extension) + 64 (limiter states) + 192·d + 184 (docs/design.md "Burst").
+    let ceiling = |r: &Region, d: usize| {
+        let at = 2_011_136 + 64 + 192 * d + 184;
+        u64::from_le_bytes(r.bytes[at..at + 8].try_into().unwrap())
+    };
+    assert_eq!(ceiling(&r(), 0), 0);
+    let o = run_smi(&sb, &["set-limit", "--device", "0", "--sm-ceiling", "80"]);
+    o.ok();
+    assert!(o.stdout.contains("device 0: SM ceiling 0 -> 80"), "{}", o.dump());
+    assert_eq!(ceiling(&r(), 0), 80);
+    let j = run_smi(&sb, &["--json"]);
+    assert!(j.stdout.contains("\"sm_ceiling_percent\":80"), "{}", j.dump());
+    let o = run_smi(&sb, &["set-limit", "--sm-ceiling", "101"]);
+    assert_eq!(o.code, Some(1), "{}", o.dump());
+    assert_eq!(ceiling(&r(), 0), 80);
+    // A file of the C library's size has no extension: refused, nothing written.
+    let c_file = sb.dir.join("c-library.cache");
+    std::fs::write(&c_file, &r().bytes[..2_008_953]).unwrap();
+    let o = sb
+        .run(smi())
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &c_file)
+        .args(["set-limit", "--sm-ceiling", "80"])
+        .ld_library_path(None)
+        .go();
     assert_eq!(o.code, Some(2), "{}", o.dump());
-    assert!(o.stderr.contains("no SM ceiling word"), "{}", o.dump());
+    assert!(o.stderr.contains("no libvgpu extension block"), "{}", o.dump());
 
     run_smi(&sb, &["block"]).ok();
     assert_eq!(rk(&r()), -1);

@@ -63,13 +63,17 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         }
         return None;
     }
-    let params = Params::for_limit(dev.limit.load(Ordering::Relaxed))?;
-    let bucket = Bucket::attach(c.bucket_state(d), params);
+    c.params(d)?;
+    let mut params: Params;
     let t0 = mono_ns();
     let mut waited = false;
     let mut first_wait_until = 0u64;
     let (pred, charged) = loop {
         let now = mono_ns();
+        // Re-read every round: a live limit change or the burst controller's rate applies to
+        // launches already waiting.
+        params = c.params(d)?;
+        let bucket = Bucket::attach(c.bucket_state(d), params);
         let (pred, k) = {
             let mut ctl = dev.ctl.lock();
             (ctl.model.predict(sig, now), ctl.corr.k())
@@ -105,7 +109,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         }
     };
     if waited {
-        bucket.note_throttled(mono_ns().saturating_sub(t0));
+        Bucket::attach(c.bucket_state(d), params).note_throttled(mono_ns().saturating_sub(t0));
     }
     // A sample: start event now, end event right after the launch. A launch queued behind our own
     // work is preferred (`defer_sample`): its start event completes when our previous kernel does,

@@ -10,6 +10,7 @@
 //! * [`watcher`]: polls samples, control words, NVML; resolves the host PID; re-arms [`GATE`].
 
 pub mod api;
+mod burst;
 mod gate;
 mod samples;
 pub(crate) mod watcher;
@@ -75,6 +76,9 @@ pub fn sleep_until(t: u64) {
 pub struct Dev {
     /// Limit in percent as last read (region's `sm_limit`, else the configuration's).
     pub limit: AtomicU64,
+    /// Burst ceiling in percent as last read (the region extension's `sm_ceiling` word, published
+    /// from `CUDA_DEVICE_SM_CEILING` by the first process; 0 = none).
+    pub ceiling: AtomicU64,
     /// Limited and enforced (policy / `utilization_switch`).
     pub enforce: AtomicBool,
     /// This process has a context / launched on the device.
@@ -82,6 +86,9 @@ pub struct Dev {
     /// Process-local bucket when the region (or its extension) is unavailable.
     local: Box<DeviceLimiterState>,
     pub ctl: Mutex<Ctl>,
+    /// The burst controller's per-process bookkeeping (watcher only; held across its NVML calls,
+    /// which is why it is not in `ctl`, which the launch path takes).
+    burst: Mutex<burst::Local>,
 }
 
 /// Controller state of one device in this process.
@@ -148,6 +155,7 @@ fn init_slow() -> &'static Compute {
         devs: (0..MAX_DEVICES)
             .map(|d| Dev {
                 limit: AtomicU64::new(st.config.sm_limit[d]),
+                ceiling: AtomicU64::new(0),
                 enforce: AtomicBool::new(false),
                 active: AtomicBool::new(false),
                 local: words::new_state(),
@@ -161,6 +169,7 @@ fn init_slow() -> &'static Compute {
                     first_ctx_seen: false,
                     sm_util: None,
                 }),
+                burst: Mutex::new(burst::Local::default()),
             })
             .collect(),
         kt: KernelTimeRecorder::new(),
@@ -212,7 +221,12 @@ impl Compute {
         let mut any = false;
         for (d, dev) in self.devs.iter().enumerate() {
             let lim = self.read_limit(d);
-            dev.limit.store(lim, Ordering::Relaxed);
+            let old = dev.limit.swap(lim, Ordering::Relaxed);
+            let env_ceiling = state::get().config.sm_ceiling[d];
+            dev.ceiling.store(vgpu_core::limiter::burst::ceiling_pct(self.words(d), env_ceiling), Ordering::Relaxed);
+            if old != lim {
+                self.limit_changed(d, old, lim);
+            }
             let e = feedback::enforce(self.policy, switch, vgpu_core::limiter::is_limited(lim));
             dev.enforce.store(e, Ordering::Relaxed);
             any |= e;
@@ -227,6 +241,28 @@ impl Compute {
         if any || due {
             arm();
         }
+    }
+
+    /// The region's SM limit changed (HAMi's monitor, `vgpu-smi set-limit`, another process):
+    /// the bucket's rate follows at the next admission (it reads `limit`); a lower cap applies to
+    /// the balance at once, and the burst rate restarts from the new guarantee.
+    fn limit_changed(&self, d: usize, old: u64, new: u64) {
+        let w = self.words(d);
+        if let Some(p) = vgpu_core::limiter::bucket::Params::for_limit(new) {
+            w.balance_ns().fetch_min(p.cap_ns, Ordering::AcqRel);
+            w.rate_ppm().store(p.rate_ppm, Ordering::Relaxed);
+            w.cap_ns().store(p.cap_ns as u64, Ordering::Relaxed);
+            w.generation().fetch_add(1, Ordering::AcqRel);
+        }
+        w.burst_rate_ppm().store(0, Ordering::Relaxed);
+        crate::debug!("compute: device {d}: SM limit {old} -> {new}");
+    }
+
+    /// Bucket parameters of device `d` now: the limit's, or the burst controller's rate.
+    pub fn params(&self, d: usize) -> Option<vgpu_core::limiter::bucket::Params> {
+        use vgpu_core::limiter::bucket::Params;
+        let lim = burst::limits(self, d)?;
+        Some(Params::for_rate(vgpu_core::limiter::burst::effective_rate(self.words(d), lim)))
     }
 
     /// What the slow path leaves armed after a launch.

@@ -77,6 +77,7 @@ fn run(c: &'static Compute) {
         if now >= next_ctl {
             c.refresh_control();
             next_ctl = now + CONTROL_EVERY_NS;
+            (0..MAX_DEVICES).for_each(|d| super::burst::tick(c, d));
         }
         // Driver-held memory and host-PID correlation: due per device every 100-250 ms, so it
         // rides this thread's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
@@ -142,7 +143,7 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
 }
 
 /// Host PIDs of the container's live slots (ours included once resolved).
-fn container_hostpids(c: &Compute) -> Vec<u32> {
+pub(super) fn container_hostpids(c: &Compute) -> Vec<u32> {
     let Some(r) = c.region else { return Vec::new() };
     let sh = r.shared();
     let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());

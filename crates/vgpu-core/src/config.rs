@@ -50,6 +50,8 @@ pub const OVERRIDE_ENV_PATH: &str = "/overrideEnv";
 
 pub const ENV_MEMORY_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
 pub const ENV_SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
+/// Burst ceiling (percent, ≥ the SM limit, ≤ 100); unset = the limit (no burst).
+pub const ENV_SM_CEILING: &str = "CUDA_DEVICE_SM_CEILING";
 pub const ENV_SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 pub const ENV_TASK_PRIORITY: &str = "CUDA_TASK_PRIORITY";
 pub const ENV_CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
@@ -156,6 +158,9 @@ pub struct Config {
     pub memory_limit: [u64; MAX_DEVICES],
     /// Percent per device slot, 1..=100 (100 = unlimited).
     pub sm_limit: [u64; MAX_DEVICES],
+    /// Burst ceiling in percent per device slot; 0 = unset (the ceiling is the limit: no burst).
+    /// When set it is > the device's SM limit and ≤ 100.
+    pub sm_ceiling: [u64; MAX_DEVICES],
     pub region_path: PathBuf,
     pub origin: ConfigOrigin,
     pub task_priority: i32,
@@ -518,6 +523,38 @@ impl<'a> Builder<'a> {
         (vals, srcs)
     }
 
+    /// `CUDA_DEVICE_SM_CEILING[_i]` per device (per-device variable first). Not a limit variable
+    /// (it never decides the origin); read like the other contract variables. Safe choices: a
+    /// malformed value or one at/below the limit means no burst (0); above 100 is clamped to 100;
+    /// a device without an SM limit has nothing to burst from (0). One warning per variable.
+    fn sm_ceilings(&mut self, sm_limit: &[u64; MAX_DEVICES]) -> [u64; MAX_DEVICES] {
+        let mut out = [0u64; MAX_DEVICES];
+        let mut warned: Vec<String> = Vec::new();
+        for d in 0..MAX_DEVICES {
+            let per = format!("{ENV_SM_CEILING}_{d}");
+            let Some((key, v)) = [per.as_str(), ENV_SM_CEILING].into_iter().find_map(|k| self.contract(k).map(|v| (k.to_owned(), v))) else {
+                continue;
+            };
+            let lim = sm_limit[d];
+            let first = !warned.contains(&key);
+            let (val, problem) = match v.trim_ascii().parse::<u64>() {
+                Err(_) => (0, Some("not a whole percent: no burst (the SM limit is the cap)".to_owned())),
+                Ok(_) if lim >= 100 => (0, None),
+                Ok(n) if n > 100 => (100, Some("above 100%: clamped to 100".to_owned())),
+                Ok(n) if n <= lim => (0, (n < lim).then(|| format!("below the SM limit {lim}%: no burst (the SM limit is the cap)"))),
+                Ok(n) => (n, None),
+            };
+            out[d] = val;
+            if let Some(p) = problem
+                && first
+            {
+                warned.push(key.clone());
+                self.warn(&key, &v, p);
+            }
+        }
+        out
+    }
+
     fn build(&mut self) -> Config {
         let discovered = self.decide_origin();
         self.warn_out_of_range_indices();
@@ -537,6 +574,8 @@ impl<'a> Builder<'a> {
                 self.warn(&var, &raw_sm[d].to_string(), "SM limit above 100%: clamped to 100".into());
             }
         }
+
+        let sm_ceiling = self.sm_ceilings(&sm_limit);
 
         // regionpath.rs's order: explicit, KAI, discovered, default.
         let region_path = match self.limit_var(ENV_SHARED_CACHE) {
@@ -622,6 +661,7 @@ impl<'a> Builder<'a> {
         Config {
             memory_limit,
             sm_limit,
+            sm_ceiling,
             region_path,
             origin: self.origin,
             task_priority,
@@ -700,6 +740,44 @@ pub(crate) mod tests {
         assert_eq!(c.visible_devices, None);
         assert!(!c.oversubscribe);
         assert!(c.active_oom_killer);
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn sm_ceiling() {
+        // Unset: no burst anywhere (today's behaviour).
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_SM_LIMIT", "30")]));
+        assert_eq!(c.sm_ceiling, [0; 16]);
+        // Global and per-device values; the per-device one wins.
+        let c = Config::from_sources(&Fake::env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("CUDA_DEVICE_SM_LIMIT_2", "60"),
+            ("CUDA_DEVICE_SM_CEILING", "100"),
+            ("CUDA_DEVICE_SM_CEILING_1", "70"),
+        ]));
+        assert_eq!(c.sm_ceiling[0], 100);
+        assert_eq!(c.sm_ceiling[1], 70);
+        assert_eq!(c.sm_ceiling[2], 100);
+        assert_eq!(c.sm_limit[0], 30, "the ceiling does not change the limit");
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // Malformed: one warning, no burst. Above 100: clamped. Below the limit: no burst.
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_SM_LIMIT", "30"), ("CUDA_DEVICE_SM_CEILING", "lots")]));
+        assert_eq!(c.sm_ceiling, [0; 16]);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert_eq!(c.warnings[0].variable, "CUDA_DEVICE_SM_CEILING");
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_SM_LIMIT", "30"), ("CUDA_DEVICE_SM_CEILING", "250")]));
+        assert_eq!(c.sm_ceiling, [100; 16]);
+        assert_eq!(c.warnings.len(), 1);
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_SM_LIMIT", "50"), ("CUDA_DEVICE_SM_CEILING_0", "20")]));
+        assert_eq!(c.sm_ceiling[0], 0);
+        assert!(c.warnings[0].action.contains("below the SM limit"), "{:?}", c.warnings);
+        // Equal to the limit: nothing to burst, nothing to warn about.
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_SM_LIMIT", "50"), ("CUDA_DEVICE_SM_CEILING", "50")]));
+        assert_eq!(c.sm_ceiling, [0; 16]);
+        assert!(c.warnings.is_empty());
+        // No SM limit: nothing to burst from.
+        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_SM_CEILING", "80")]));
+        assert_eq!(c.sm_ceiling, [0; 16]);
         assert!(c.warnings.is_empty());
     }
 

@@ -178,7 +178,22 @@ pub struct DeviceLimiterState {
     pub correction_ppm: AtomicU64,
     /// Processes of the container still without a host PID.
     pub unresolved_pids: AtomicU64,
-    pub reserved: [AtomicU64; 10],
+    pub reserved: [AtomicU64; 5],
+    /// Burst controller: wall µs up to which NVML per-process samples have been used (the
+    /// `lastSeen` of the next query; 0 = none yet).
+    pub burst_seen_us: AtomicU64,
+    /// Burst controller (`limiter::burst`): its smoothed signals, three 21-bit ppm fields
+    /// (others' share | newcomer hold << 21 | device busy << 42).
+    pub burst_signals: AtomicU64,
+    /// Burst controller (`limiter::burst`): wall µs of its last step (0 = none yet); the step's
+    /// leader is whoever advances it by CAS.
+    pub burst_stamp_us: AtomicU64,
+    /// Burst controller: the container's effective refill rate in ppm, in [limit, ceiling]
+    /// (0 = none yet: the limit).
+    pub burst_rate_ppm: AtomicU64,
+    /// Burst ceiling in percent (`CUDA_DEVICE_SM_CEILING`, published by the first process; 0 =
+    /// unset = the SM limit, no burst). Operators change it live (`vgpu-smi set-limit --sm-ceiling`).
+    pub sm_ceiling: AtomicU64,
 }
 
 impl DeviceLimiterState {
@@ -203,11 +218,11 @@ impl DeviceLimiterState {
             &self.reserved[2],
             &self.reserved[3],
             &self.reserved[4],
-            &self.reserved[5],
-            &self.reserved[6],
-            &self.reserved[7],
-            &self.reserved[8],
-            &self.reserved[9],
+            &self.burst_seen_us,
+            &self.burst_signals,
+            &self.burst_stamp_us,
+            &self.burst_rate_ppm,
+            &self.sm_ceiling,
         ]
     }
 
@@ -339,6 +354,11 @@ const _: () = {
     assert!(offset_of!(DeviceLimiterState, correction_ppm) == 96);
     assert!(offset_of!(DeviceLimiterState, unresolved_pids) == 104);
     assert!(offset_of!(DeviceLimiterState, reserved) == 112);
+    assert!(offset_of!(DeviceLimiterState, burst_seen_us) == 152);
+    assert!(offset_of!(DeviceLimiterState, burst_signals) == 160);
+    assert!(offset_of!(DeviceLimiterState, burst_stamp_us) == 168);
+    assert!(offset_of!(DeviceLimiterState, burst_rate_ppm) == 176);
+    assert!(offset_of!(DeviceLimiterState, sm_ceiling) == 184);
 
     assert!(size_of::<RegionExt>() == EXT_SIZE);
     assert!(offset_of!(RegionExt, ext_magic) == 0);

@@ -1,13 +1,13 @@
 //! Control verbs: they write the region the way HAMi's vGPU monitor does — plain atomic stores
 //! into `limit[]`, `sm_limit[]` (its setters) and `recent_kernel` (its feedback loop,
-//! hami-contract.md §4.2/§4.3) — or sweep dead processes' slots with the library's own function.
+//! docs/hami-contract.md §4.2/§4.3) — or sweep dead processes' slots with the library's own function.
 
 use crate::snapshot::{self, PidView};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vgpu_core::region::{MAX_DEVICES, SharedRegion, V1_REGION_SIZE};
+use vgpu_core::region::{EXT_MAGIC, EXT_OFFSET, FILE_SIZE, MAX_DEVICES, RegionExt, SharedRegion, V1_REGION_SIZE};
 
 /// A failed control action: message and exit status (1 bad input, 2 refused / unusable).
 pub struct Failure(pub String, pub i32);
@@ -23,9 +23,10 @@ fn refused(path: &Path, e: std::io::Error) -> Failure {
     Failure(format!("refused: no write access to {}: {e}{hint}", path.display()), 2)
 }
 
-/// The monitor's view of the region, mapped read-write (only the v1.2 bytes).
+/// The region mapped read-write: the v1.2 bytes, plus our extension block when the file has one.
 struct Rw {
     ptr: *mut libc::c_void,
+    len: usize,
 }
 
 impl Rw {
@@ -37,11 +38,15 @@ impl Rw {
         if fd < 0 {
             return Err(refused(path, std::io::Error::last_os_error()));
         }
-        // SAFETY: fd is open; the file is at least V1_REGION_SIZE bytes (checked by read()).
+        // The extension too when the file is long enough to hold it (a file the C library made
+        // has only the v1.2 bytes).
+        let size = std::fs::metadata(path).map_or(0, |m| m.len() as usize);
+        let len = if size >= FILE_SIZE { FILE_SIZE } else { V1_REGION_SIZE };
+        // SAFETY: fd is open; the file is at least `len` bytes (read() checked the v1.2 size).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                V1_REGION_SIZE,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd,
@@ -54,7 +59,7 @@ impl Rw {
         if ptr == libc::MAP_FAILED {
             return Err(refused(path, err));
         }
-        Ok(Rw { ptr })
+        Ok(Rw { ptr, len })
     }
     fn region(&self) -> &SharedRegion {
         // SAFETY: V1_REGION_SIZE bytes mapped, page aligned; every field is an atomic.
@@ -62,10 +67,23 @@ impl Rw {
     }
 }
 
+impl Rw {
+    /// Our extension block, if mapped and initialised.
+    fn ext(&self) -> Option<&RegionExt> {
+        if self.len < FILE_SIZE {
+            return None;
+        }
+        // SAFETY: FILE_SIZE bytes are mapped; the extension starts at EXT_OFFSET (page aligned)
+        // and every field is an atomic.
+        let ext = unsafe { &*self.ptr.cast::<u8>().add(EXT_OFFSET).cast::<RegionExt>() };
+        (ext.ext_magic.load(Ordering::Acquire) == EXT_MAGIC).then_some(ext)
+    }
+}
+
 impl Drop for Rw {
     fn drop(&mut self) {
-        // SAFETY: mapped by open().
-        unsafe { libc::munmap(self.ptr, V1_REGION_SIZE) };
+        // SAFETY: mapped by open() with this length.
+        unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
 
@@ -88,14 +106,6 @@ fn target_devices(r: &SharedRegion, device: Option<usize>) -> Result<Vec<usize>,
 }
 
 pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Result<String, Failure> {
-    if let LimitChange::SmCeiling(p) = change {
-        // TODO(lead, with the burst helper's CUDA_DEVICE_SM_CEILING): write the ceiling word of the
-        // extension once it exists; until then refuse instead of writing an unknown word.
-        return Err(Failure(
-            format!("--sm-ceiling {p}: this region layout has no SM ceiling word yet; nothing written"),
-            2,
-        ));
-    }
     let rw = Rw::open(path)?;
     let r = rw.region();
     let devs = target_devices(r, device)?;
@@ -104,7 +114,17 @@ pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Res
         let (what, cell, new) = match change {
             LimitChange::Memory(b) => ("memory limit", &r.limit[d], b),
             LimitChange::Sm(p) => ("SM limit", &r.sm_limit[d], p),
-            LimitChange::SmCeiling(_) => unreachable!(),
+            // The burst ceiling lives in our extension (0 = unset: the next process with
+            // CUDA_DEVICE_SM_CEILING publishes its value; at or below the SM limit = no burst).
+            LimitChange::SmCeiling(p) => match rw.ext() {
+                Some(e) => ("SM ceiling", &e.limiter[d].sm_ceiling, p),
+                None => {
+                    return Err(Failure(
+                        format!("--sm-ceiling {p}: {} has no libvgpu extension block (made by another library?); nothing written", path.display()),
+                        2,
+                    ));
+                }
+            },
         };
         let old = cell.swap(new, Ordering::AcqRel);
         out.push_str(&format!("device {d}: {what} {old} -> {new}\n"));

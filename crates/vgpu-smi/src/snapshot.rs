@@ -30,8 +30,7 @@ pub struct DeviceSnap {
     pub module: u64,
     pub data: u64,
     pub sm_limit: u64,
-    /// TODO(burst helper): the SM ceiling word of the extension (`CUDA_DEVICE_SM_CEILING`) is not
-    /// wired yet; always `None` (shown as "-") until the lead points [`sm_ceiling`] at it.
+    /// The burst ceiling, percent (`None` = unset: the SM limit is the cap).
     pub sm_ceiling: Option<u64>,
     /// Container share of the device in ppm, if measured within [`SHARE_FRESH_NS`].
     pub share_ppm: Option<u64>,
@@ -278,9 +277,10 @@ pub fn check_header(head: &[u8], size: u64) -> Result<(), Unusable> {
     Ok(())
 }
 
-/// TODO(burst helper / lead): return the SM ceiling once its extension word exists.
-pub fn sm_ceiling(_ext: Option<&vgpu_core::region::RegionExt>, _dev: usize) -> Option<u64> {
-    None
+/// The burst ceiling (`CUDA_DEVICE_SM_CEILING`, extension word `sm_ceiling`), percent; `None`
+/// while unset (0) or without an extension block.
+pub fn sm_ceiling(ext: Option<&vgpu_core::region::RegionExt>, dev: usize) -> Option<u64> {
+    ext.map(|e| e.limiter[dev].sm_ceiling.load(Ordering::Relaxed)).filter(|&v| v != 0)
 }
 
 pub fn monotonic_ns() -> u64 {

@@ -4,6 +4,8 @@
 //!
 //! * [`bucket`]: the container-wide token bucket of device time per device (region extension),
 //!   refilled lazily at L × wall time, admission with debt.
+//! * [`burst`]: the effective rate in [limit, ceiling] (the limit as a guarantee, idle time
+//!   shared up to `CUDA_DEVICE_SM_CEILING`).
 //! * [`cost`]: per-signature cost prediction from sparse timing samples, reconciliation of
 //!   guessed charges.
 //! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
@@ -13,6 +15,7 @@
 //! * [`words`]: named access to the per-device words of the region extension.
 
 pub mod bucket;
+pub mod burst;
 pub mod correction;
 pub mod cost;
 pub mod feedback;

@@ -20,6 +20,11 @@
 //! | 11 | `sensor` | [`SENSOR_NONE`], [`SENSOR_SELF`], [`SENSOR_NVML`] |
 //! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
 //! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
+//! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
+//! | 20 | `burst_signals` | burst controller: smoothed others' share, newcomer hold, device busy (3 × 21 bits) |
+//! | 21 | `burst_stamp_us` | burst controller: wall µs of its last step (CAS = leadership) |
+//! | 22 | `burst_rate_ppm` | burst controller: effective rate in [limit, ceiling] (0 = the limit) |
+//! | 23 | `sm_ceiling` | burst ceiling, percent (0 = unset = the limit); operators may write it |
 
 use crate::region::DeviceLimiterState;
 use core::sync::atomic::{AtomicI64, AtomicU64};
@@ -67,6 +72,11 @@ impl<'a> Words<'a> {
     word!(sensor);
     word!(correction_ppm);
     word!(unresolved_pids);
+    word!(burst_seen_us);
+    word!(burst_signals);
+    word!(burst_stamp_us);
+    word!(burst_rate_ppm);
+    word!(sm_ceiling);
 }
 
 /// A zeroed state, for tests and for callers without a region (process-local fallback).
