@@ -183,9 +183,16 @@ fn nothing_shareable_is_said_once_per_process() {
     }
     let sb = Sandbox::new("reg-nowhere");
     let ro = sb.subdir("ro");
+    // A read-only /tmp that still shows the test's own files when the checkout lies under /tmp.
+    let a = artifacts();
     let pre = format!(
-        "mount --bind {0} {0} && mount -o remount,bind,ro {0} && mount -t tmpfs -o ro none /dev/shm && mount -t tmpfs -o ro none /tmp || exit 90",
-        ro.display()
+        ". {root}/tests/py/private_tmp.sh && private_tmp ro {root} {profile} {shim} {dir} && \
+         mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && mount -t tmpfs -o ro none /dev/shm || exit 90",
+        root = a.root.display(),
+        profile = a.profile_dir.display(),
+        shim = a.shim.display(),
+        dir = sb.dir.display(),
+        ro = ro.display()
     );
     let t = run_two(&sb, &ro.join("region.cache"), &["/usr/bin/unshare", "-m"], &pre);
     let errors: Vec<_> = t.out.shim_logs().into_iter().filter(|(_, l, _)| l == "ERROR").collect();

@@ -57,12 +57,12 @@ mount --bind "$INJ_POD_DIR" /usr/local/vgpu
 [ -e /usr/local/vgpu/libvgpu.so ] || : >/usr/local/vgpu/libvgpu.so
 mount --bind "$INJ_SHIM" /usr/local/vgpu/libvgpu.so
 mount -o remount,bind,ro /usr/local/vgpu/libvgpu.so
-# /tmp/vgpulock  <-  /tmp/vgpulock (a private /tmp first, so the host's is untouched, unless the
-# test's own files live under /tmp)
-case $INJ_WORK in
-    /tmp/*) log "work dir under /tmp: keeping the host /tmp" ;;
-    *) mount -t tmpfs -o mode=1777 tmpfs /tmp ;;
-esac
+# /tmp/vgpulock  <-  /tmp/vgpulock (a private /tmp first, so the host's is untouched; the test's
+# own files stay reachable when the checkout lies under /tmp)
+# shellcheck source=tests/py/private_tmp.sh
+. "$(dirname "$0")/private_tmp.sh"
+private_tmp mode=1777 "$INJ_WORK" "$INJ_OUT" "$INJ_POD_DIR" "$INJ_SHIM" "$INJ_PRELOAD_FILE" "$INJ_LOCKDIR" \
+    "$INJ_SIMLIB" "$INJ_PY" "$INJ_PYDIR" "$INJ_CLIENT" "$INJ_READY" "$INJ_GO"
 mkdir -p /tmp/vgpulock
 mount --bind "$INJ_LOCKDIR" /tmp/vgpulock
 # /etc/ld.so.preload  <-  <H>/vgpu/ld.so.preload (ro), on a private copy of /etc

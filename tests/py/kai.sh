@@ -43,8 +43,11 @@ if [ ! -d /usr/local/vgpu ]; then
     mkdir /usr/local/vgpu
 fi
 mount --bind "$KAI_HOST" /usr/local/vgpu
-# A private /tmp: no /tmp/cudevshr.cache of the host can answer for us.
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# A private /tmp: no /tmp/cudevshr.cache of the host can answer for us (the test's own files stay
+# reachable when the checkout lies under /tmp).
+# shellcheck source=tests/py/private_tmp.sh
+. "$(dirname "$0")/private_tmp.sh"
+private_tmp mode=1777 "$K_WORK" "$K_OUT" "$K_SHIM" "$K_SIMLIB" "$K_CLIENT" "$K_SMI" "$K_STATE_ROOT" "$K_STATE_USER"
 
 CL="$K_CLIENT info alloc:1100 alloc:300 free_all"
 KAI_ENV="CUDA_DEVICE_MEMORY_LIMIT=1024m LD_PRELOAD=$K_SHIM LD_LIBRARY_PATH=$K_SIMLIB"
