@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced by the namespace test scripts (they run inside `unshare -m`).
 #
 #   private_tmp OPTS PATH...
