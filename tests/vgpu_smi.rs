@@ -1,4 +1,4 @@
-//! `vgpu-smi` (issue 11 §1, §3) on the simulated GPU, checked against independent readers of the
+//! `vgpu-smi` (README "Operating: `vgpu-smi`") on the simulated GPU, checked against independent readers of the
 //! region: `tests/py/vgpu_region.py` (through `tests/py/smi_check.py`, the monitor's sums) and
 //! `tests/py/rw_common.rs`'s reader. Covers the table, JSON, Prometheus, `--node` over several
 //! container directories (valid, corrupt, foreign, misnamed, empty), `--watch`, the counters

@@ -21,7 +21,7 @@ const NVML_EVERY_NS: u64 = 250_000_000;
 
 /// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
 /// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
-/// its first kick neither blocks nor wakes a ghost (issue 9 §1).
+/// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
 static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
 
 /// Wake the watcher now (a sample was started, a context created).

@@ -1,4 +1,4 @@
-//! Support for the hardening tests (tests/hardening_*.rs, issue 9): compiles the extra C programs
+//! Support for the hardening tests (tests/hardening_*.rs): compiles the extra C programs
 //! and helper libraries they use into `testbin/` (once per test binary, atomically replaced so
 //! concurrent test binaries never see a half-written file).
 #![allow(dead_code)]

@@ -4,7 +4,7 @@
 //! Why not `parking_lot` (or any lock with a process-wide waiter table): a forked child inherits
 //! such a table in whatever state the parent's threads left it — a bucket locked by a thread that
 //! does not exist in the child, or a queue naming parked threads that do not exist either — and
-//! the child's first contended lock or notify then spins or sleeps forever (issue 9 §1). Here the
+//! the child's first contended lock or notify then spins or sleeps forever (docs/design.md "Fork"). Here the
 //! whole state of a lock is its word: a child sees "locked" at worst, which the owners of
 //! per-process state handle by abandoning the object (see the shim's `state` and `compute`) or by
 //! [`Mutex::force_unlock`] of a static whose holder is known to be gone. Private futexes are keyed

@@ -1,6 +1,6 @@
 //! Control verbs: they write the region the way HAMi's vGPU monitor does — plain atomic stores
 //! into `limit[]`, `sm_limit[]` (its setters) and `recent_kernel` (its feedback loop,
-//! hami-contract.md §4.2/§4.3) — or sweep dead processes' slots with the library's own function.
+//! docs/hami-contract.md §4.2/§4.3) — or sweep dead processes' slots with the library's own function.
 
 use crate::snapshot::{self, PidView};
 use std::ffi::CString;
