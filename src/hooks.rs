@@ -126,7 +126,7 @@ macro_rules! hook_table {
         }
 
         /// Typed accessors for the real functions (for the shim's own calls).
-        #[allow(non_snake_case, dead_code)]
+        #[allow(non_snake_case)]
         pub mod real {
             use super::*;
             $(
