@@ -340,13 +340,11 @@ pub fn tick(d: usize) {
 
 /// In a forked child: none of the parent's graphs, pools or charges exist here.
 pub fn fork_child() {
-    if GRAPHS.is_locked() {
-        // SAFETY: the child has one thread; the holder does not exist in it.
-        unsafe { GRAPHS.force_unlock() };
-    }
-    if POOLS.is_locked() {
-        // SAFETY: as above.
-        unsafe { POOLS.force_unlock() };
+    // SAFETY: called from the state's atfork child handler (via truth; one thread, forked from
+    // outside the shim).
+    unsafe {
+        GRAPHS.force_unlock_in_child();
+        POOLS.force_unlock_in_child();
     }
     // Leak, never drop: a parent thread may have been mid-update at the fork, so the old
     // books are not trusted to be consistent enough to free.

@@ -305,6 +305,5 @@ extern "C" fn on_fork_child() {
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);
-    crate::compute_fork_child();
     crate::truth::fork_child();
 }

@@ -475,10 +475,8 @@ impl Region {
     /// inherited and stays valid; the slot hint is forgotten (the child needs its own slot).
     pub fn reopen_after_fork(&self) -> io::Result<()> {
         self.slot_hint.store(usize::MAX, Ordering::Relaxed);
-        if self.writer.is_locked() {
-            // SAFETY: in a forked child the thread that held it does not exist.
-            unsafe { self.writer.force_unlock() };
-        }
+        // SAFETY: callers are atfork child handlers (see above): the holder is not in this process.
+        unsafe { self.writer.force_unlock_in_child() };
         self.lock.reopen_after_fork()
     }
 

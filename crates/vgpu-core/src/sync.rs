@@ -107,6 +107,20 @@ impl<T: ?Sized> Mutex<T> {
         self.unlock();
     }
 
+    /// In a `pthread_atfork` child handler: releases the lock if a thread of the parent held it
+    /// at the fork (that thread does not exist here, so its guard can never be used).
+    ///
+    /// # Safety
+    /// Call only from an atfork child handler that runs before anything else in the child, and
+    /// only for a lock the forking thread itself did not hold (the application forked, from
+    /// outside the shim).
+    pub unsafe fn force_unlock_in_child(&self) {
+        if self.is_locked() {
+            // SAFETY: per the contract above, the holder is a thread that is not in this process.
+            unsafe { self.force_unlock() };
+        }
+    }
+
     /// Spins briefly while the lock is held without sleepers; returns the last state seen.
     fn spin(&self) -> u32 {
         let mut n = 100;
@@ -376,6 +390,30 @@ mod tests {
         assert!(m.try_lock().is_none());
         unsafe { m.force_unlock() };
         assert_eq!(*m.try_lock().unwrap(), 5);
+    }
+
+    /// In a forked child a lock held by a parent thread is released; a free one stays free.
+    #[test]
+    fn force_unlock_in_child_of_a_parent_held_lock() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let held = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let (m2, h2) = (m.clone(), held.clone());
+        let t = std::thread::spawn(move || {
+            std::mem::forget(m2.lock());
+            h2.wait();
+        });
+        held.wait();
+        t.join().unwrap();
+        let (pid, rx) = fork_child(|tx| {
+            assert!(m.try_lock().is_none(), "inherited as held");
+            unsafe { m.force_unlock_in_child() };
+            assert_eq!(*m.try_lock().unwrap(), 1);
+            unsafe { m.force_unlock_in_child() };
+            assert!(m.try_lock().is_some(), "a free lock stays usable");
+            tx(1);
+        });
+        assert_eq!(rx(), Some(1));
+        assert_eq!(wait_child(pid), 0);
     }
 
     #[test]
