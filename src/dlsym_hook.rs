@@ -84,7 +84,7 @@ fn redirect(handle: *mut c_void, hook: &'static hooks::Hook, caller: usize) -> u
     if real.is_null() {
         return 0;
     }
-    if real as *const c_void == hook.hook {
+    if std::ptr::eq(real, hook.hook) {
         return 0; // the handle is our own library (or the global scope): glibc gives our export
     }
     lib.adopt_from_symbol(real);

@@ -91,7 +91,7 @@ pub unsafe fn module_unload(real: pfn::cuModuleUnload, m: CUmodule) -> CUresult 
     r
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the driver's own signature
 pub unsafe fn library_load_data(
     real: pfn::cuLibraryLoadData,
     pl: *mut CUlibrary,
@@ -106,7 +106,7 @@ pub unsafe fn library_load_data(
     library_loaded("cuLibraryLoadData", pl, || unsafe { real(pl, code, jo, jv, nj, lo, lv, nl) })
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the driver's own signature
 pub unsafe fn library_load_from_file(
     real: pfn::cuLibraryLoadFromFile,
     pl: *mut CUlibrary,

@@ -142,7 +142,7 @@ macro_rules! hook_table {
 
         $(
             #[unsafe(no_mangle)]
-            #[allow(clippy::too_many_arguments)]
+            #[allow(clippy::too_many_arguments)] // the driver's own signatures
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 crate::log::hook_called(stringify!($name));
                 crate::guard::ffi(stringify!($name), $on_panic, || {

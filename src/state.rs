@@ -296,12 +296,12 @@ extern "C" fn on_exit() {
 /// (docs/design.md "Fork").
 extern "C" fn on_fork_child() {
     vgpu_core::regionfile::after_fork_in_child();
-    if let Some(old) = try_get() {
-        if let Some(r) = old.region {
-            // Drop our copy of the parent's lock description: if the parent died holding the
-            // lock, an inherited descriptor would keep it held for as long as we live.
-            let _ = r.reopen_after_fork();
-        }
+    if let Some(old) = try_get()
+        && let Some(r) = old.region
+    {
+        // Drop our copy of the parent's lock description: if the parent died holding the
+        // lock, an inherited descriptor would keep it held for as long as we live.
+        let _ = r.reopen_after_fork();
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);

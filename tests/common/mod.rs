@@ -8,6 +8,7 @@
 //! * [`Run`] spawns a client with a scrubbed environment, an optional `LD_PRELOAD` of the shim and a
 //!   hard timeout, and returns an [`Out`] with helpers to parse `key=value` lines, shim hook logs
 //!   and the simulator's per-variant call counts.
+// Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

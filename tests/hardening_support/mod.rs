@@ -1,6 +1,7 @@
 //! Support for the hardening tests (tests/hardening_*.rs): compiles the extra C programs
 //! and helper libraries they use into `testbin/` (once per test binary, atomically replaced so
 //! concurrent test binaries never see a half-written file).
+// Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 
 use crate::common::artifacts;

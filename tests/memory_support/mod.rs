@@ -2,6 +2,7 @@
 //! (`tests/c/mem_client.c`), an independent reader of the v1.2 region file (byte offsets written
 //! out here from docs/hami-contract.md §3, deliberately NOT taken from `vgpu_core::region`), and the
 //! container lock taken from the test side for consistent snapshots.
+// Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 
 use crate::common::{Sandbox, artifacts};
