@@ -16,11 +16,12 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,defs");
     // cargo-zigbuild (ci/release.sh) brings its own unwinder; only native gnu builds need this.
     let zig = std::env::var("CARGO_ZIGBUILD_ZIG_PATH").is_ok() || target.contains("gnu.2.");
-    if target.contains("linux-gnu") && !zig {
-        if let Some(dir) = gcc_eh_dir() {
-            println!("cargo:rustc-link-search=native={dir}");
-            println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
-        }
+    if target.contains("linux-gnu")
+        && !zig
+        && let Some(dir) = gcc_eh_dir()
+    {
+        println!("cargo:rustc-link-search=native={dir}");
+        println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
     }
 }
 

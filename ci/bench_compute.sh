@@ -219,7 +219,7 @@ for i, (name, _, _) in enumerate(CONFIGS if rounds else []):
     csv.append(f"latency,{name},1,,{med[0]},{added},{med[1]},")
 out()
 
-# ---- burst: the limit as a guarantee, idle time up to CUDA_DEVICE_SM_CEILING (issue 12) ----
+# ---- burst: the limit as a guarantee, idle time up to CUDA_DEVICE_SM_CEILING ----------------
 burst_trace = {}
 BURST_T, BURST_B_START = 4.0, 1.5
 out("### Burst: limit = guarantee, idle time shared up to the ceiling (separate containers)")

@@ -189,11 +189,6 @@ impl RealLib {
         }
     }
 
-    /// Forget the handle (atfork child keeps it: the mapping survives fork).
-    #[allow(dead_code)]
-    pub fn soname(&self) -> &'static CStr {
-        self.soname
-    }
 }
 
 fn last_dl_error() -> String {

@@ -84,7 +84,7 @@ fn redirect(handle: *mut c_void, hook: &'static hooks::Hook, caller: usize) -> u
     if real.is_null() {
         return 0;
     }
-    if real as *const c_void == hook.hook {
+    if std::ptr::eq(real, hook.hook) {
         return 0; // the handle is our own library (or the global scope): glibc gives our export
     }
     lib.adopt_from_symbol(real);
@@ -136,7 +136,7 @@ fn defined_in(l: *const LinkMap, name: &std::ffi::CStr) -> Option<*mut c_void> {
 /// `dlsym(RTLD_NEXT, name)`: glibc answers with the first definition in the objects after the
 /// caller's. When that is the driver's own function (a tracing or pooling library loaded after
 /// the shim reaching for "the real" `cuMemAlloc_v2`), hand out our hook instead, so that library
-/// is governed like the application (issue 9 §5). Any other answer — our own export (callers
+/// is governed like the application (docs/design.md "dlsym(RTLD_NEXT)"). Any other answer — our own export (callers
 /// before the shim), another wrapper, nothing — is glibc's to give, unchanged.
 ///
 /// The objects after the caller are walked in link-map order, asking each whether it defines the

@@ -3,7 +3,7 @@
 //! Below it, the few small queries several modules make through them (current context and device,
 //! NVML handles and processes).
 
-#![allow(non_snake_case, dead_code)]
+#![allow(non_snake_case)]
 
 use crate::dl::{LIBCUDA, LIBNVML, RealLib};
 use crate::ffi::*;
@@ -46,20 +46,15 @@ macro_rules! called {
 }
 
 called! {
-    LIBCUDA fn cuDriverGetVersion;
     LIBCUDA fn cuDeviceGetCount;
     LIBCUDA fn cuDeviceGet;
-    LIBCUDA fn cuDeviceGetAttribute;
     LIBCUDA fn cuDeviceGetUuid_v2;
     LIBCUDA fn cuDeviceGetUuid;
     LIBCUDA fn cuCtxGetCurrent;
     LIBCUDA fn cuCtxGetDevice;
     LIBCUDA fn cuCtxPushCurrent_v2;
     LIBCUDA fn cuCtxPopCurrent_v2;
-    LIBCUDA fn cuDevicePrimaryCtxGetState;
     LIBCUDA fn cuMemAdvise;
-    LIBCUDA fn cuPointerGetAttribute;
-    LIBCUDA fn cuMemGetAllocationPropertiesFromHandle;
     LIBCUDA fn cuMemPoolGetAttribute;
     LIBCUDA fn cuStreamIsCapturing;
     LIBCUDA fn cuStreamIsCapturing_ptsz;

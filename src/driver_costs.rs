@@ -91,7 +91,7 @@ pub unsafe fn module_unload(real: pfn::cuModuleUnload, m: CUmodule) -> CUresult 
     r
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the driver's own signature
 pub unsafe fn library_load_data(
     real: pfn::cuLibraryLoadData,
     pl: *mut CUlibrary,
@@ -106,7 +106,7 @@ pub unsafe fn library_load_data(
     library_loaded("cuLibraryLoadData", pl, || unsafe { real(pl, code, jo, jv, nj, lo, lv, nl) })
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the driver's own signature
 pub unsafe fn library_load_from_file(
     real: pfn::cuLibraryLoadFromFile,
     pl: *mut CUlibrary,
@@ -340,13 +340,11 @@ pub fn tick(d: usize) {
 
 /// In a forked child: none of the parent's graphs, pools or charges exist here.
 pub fn fork_child() {
-    if GRAPHS.is_locked() {
-        // SAFETY: the child has one thread; the holder does not exist in it.
-        unsafe { GRAPHS.force_unlock() };
-    }
-    if POOLS.is_locked() {
-        // SAFETY: as above.
-        unsafe { POOLS.force_unlock() };
+    // SAFETY: called from the state's atfork child handler (via truth; one thread, forked from
+    // outside the shim).
+    unsafe {
+        GRAPHS.force_unlock_in_child();
+        POOLS.force_unlock_in_child();
     }
     // Leak, never drop: a parent thread may have been mid-update at the fork, so the old
     // books are not trusted to be consistent enough to free.

@@ -126,7 +126,7 @@ macro_rules! hook_table {
         }
 
         /// Typed accessors for the real functions (for the shim's own calls).
-        #[allow(non_snake_case, dead_code)]
+        #[allow(non_snake_case)]
         pub mod real {
             use super::*;
             $(
@@ -142,7 +142,7 @@ macro_rules! hook_table {
 
         $(
             #[unsafe(no_mangle)]
-            #[allow(clippy::too_many_arguments)]
+            #[allow(clippy::too_many_arguments)] // the driver's own signatures
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 crate::log::hook_called(stringify!($name));
                 crate::guard::ffi(stringify!($name), $on_panic, || {

@@ -4,7 +4,7 @@
 //! [`tick`] runs every [`PERIOD`]; add new periodic checks there. Today it:
 //! - sweeps the slots (and overflow records) of dead processes, so their memory leaves the limit
 //!   check, every process's views and the region the monitor reads within ~1 s of the death,
-//!   without anyone allocating (issue 8 §2). The scan is lock-free; the container lock is only
+//!   without anyone allocating (docs/design.md "Memory ledger"). The scan is lock-free; the container lock is only
 //!   taken, briefly and bounded, when something is to be freed;
 //! - checks that our own slot is still ours (a foreign writer could free it) and re-attaches;
 //! - warns once per device when the container's usage is above a (shrunk) live limit.
@@ -98,7 +98,7 @@ fn keep_own_seat(st: &State, region: &vgpu_core::regionfile::Region) {
     }
 }
 
-/// Live limits (issue 11 §2): a limit shrunk below the usage frees nothing; say so once.
+/// Live limits (docs/design.md "Memory ledger"): a limit shrunk below the usage frees nothing; say so once.
 fn warn_over_limit(st: &State) {
     for d in 0..MAX_DEVICES {
         let limit = st.memory_limit(d);

@@ -23,7 +23,3 @@ mod nvml;
 mod procaddr;
 mod truth;
 
-/// Per-process compute state to forget in a forked child (owned by the compute module).
-pub(crate) fn compute_fork_child() {
-    compute::fork_child();
-}

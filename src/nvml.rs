@@ -15,7 +15,6 @@ use crate::ffi::*;
 use crate::hooks::nvml::pfn;
 use crate::state::{self, State};
 use std::ffi::c_uint;
-use std::sync::atomic::Ordering;
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::views::{self, NvmlListAnswer, NvmlMemory, NvmlMemoryV2};
 
@@ -80,19 +79,11 @@ pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, device: nvml
 /// (container pid, accounted bytes) of the container's processes with usage on `dev`.
 fn container_processes(st: &State, dev: usize) -> Option<Vec<(u32, u64)>> {
     let region = st.region?;
-    let r = region.shared();
-    let n = (r.proc_num.load(Ordering::Acquire).max(0) as usize).min(r.procs.len());
-    let mut out = Vec::new();
-    for slot in &r.procs[..n] {
-        let pid = slot.pid.load(Ordering::Acquire);
-        if pid <= 0 || slot.status.load(Ordering::Acquire) == 0 {
-            continue;
-        }
-        let used = slot.used[dev].total.load(Ordering::Acquire);
-        if used > 0 {
-            out.push((pid as u32, used));
-        }
-    }
+    let out = vgpu_core::slots::live(region.shared())
+        .filter(|s| s.pid > 0)
+        .map(|s| (s.pid as u32, s.usage(dev).total))
+        .filter(|&(_, used)| used > 0)
+        .collect();
     Some(out)
 }
 

@@ -4,7 +4,7 @@
 //! table, and covers the lookup of `"cuGetProcAddress"` itself (libcudart's path).
 
 use crate::ffi::*;
-use crate::hooks::{self, Lib};
+use crate::hooks;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use vgpu_core::sync::OnceBox;
 
@@ -15,7 +15,6 @@ fn address_map() -> &'static [(usize, usize)] {
     MAP.get_or_init(|| {
         let mut v: Vec<(usize, usize)> = hooks::CUDA_HOOKS
             .iter()
-            .filter(|h| h.lib == Lib::Cuda)
             .filter_map(|h| {
                 let real = h.real_ptr();
                 (!real.is_null()).then_some((real as usize, h.hook as usize))

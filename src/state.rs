@@ -166,7 +166,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
 }
 
 /// Periodic region upkeep, off the hot path (every ~250 ms from a shim thread): the region's path
-/// still names our region, else it is linked back (issue 9 §4; vgpu_core::regionplace).
+/// still names our region, else it is linked back (vgpu_core::regionplace; docs/design.md "Where the region lives").
 pub fn region_tick() {
     use vgpu_core::regionplace::Published;
     let Some(r) = try_get().and_then(|s| s.region) else { return };
@@ -193,7 +193,7 @@ pub fn region_tick() {
 
 /// A region created without any memory limit makes every process of the container unlimited.
 /// If PID 1's environment (the device plugin's) has a limit, the creator's environment lost it:
-/// say so (issue 9 §6).
+/// say so (README "Configuration").
 fn warn_if_created_unlimited(region: &Region, config: &Config) {
     if (0..MAX_DEVICES).any(|d| region.limit(d) != 0) {
         return;
@@ -296,15 +296,14 @@ extern "C" fn on_exit() {
 /// (docs/design.md "Fork").
 extern "C" fn on_fork_child() {
     vgpu_core::regionfile::after_fork_in_child();
-    if let Some(old) = try_get() {
-        if let Some(r) = old.region {
-            // Drop our copy of the parent's lock description: if the parent died holding the
-            // lock, an inherited descriptor would keep it held for as long as we live.
-            let _ = r.reopen_after_fork();
-        }
+    if let Some(old) = try_get()
+        && let Some(r) = old.region
+    {
+        // Drop our copy of the parent's lock description: if the parent died holding the
+        // lock, an inherited descriptor would keep it held for as long as we live.
+        let _ = r.reopen_after_fork();
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);
-    crate::compute_fork_child();
     crate::truth::fork_child();
 }

@@ -69,10 +69,9 @@ pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Optio
 
 /// In a forked child: the parent's watcher may have held the lock at the fork.
 pub fn fork_child() {
-    if TRUTH.is_locked() {
-        // SAFETY: the child has one thread; the holder does not exist in it.
-        unsafe { TRUTH.force_unlock() };
-    }
+    // SAFETY: called from the state's atfork child handler (one thread, forked from outside
+    // the shim).
+    unsafe { TRUTH.force_unlock_in_child() };
     crate::driver_costs::fork_child();
 }
 

@@ -1,4 +1,4 @@
-//! Issue 12 (burst compute) and issue 11 §2 (SM limit changes followed live) on the simulated
+//! Burst compute (the SM limit as a guarantee, idle time up to a ceiling) and SM limit changes followed live, on the simulated
 //! GPU, with real separate processes per container (separate regions). Bands are generous (the
 //! machine is loaded; the targets are measured by ci/bench_compute.sh and limiter/vsim.rs).
 
@@ -192,7 +192,7 @@ fn a_newcomer_gets_its_guarantee_from_a_bursting_container() {
     assert!(v[1][2] >= 40.0 && v[0][2] <= 60.0, "second second: B {:.1} %, A {:.1} %", v[1][2], v[0][2]);
 }
 
-// ---- issue 11 §2: the region's sm_limit (and the ceiling word) are followed live --------------
+// ---- the region's sm_limit (and the ceiling word) are followed live --------------
 
 /// Byte offsets in the region file: `sm_limit[0]` (contract §3.2) and extension words of device 0.
 const SM_LIMIT0: usize = 1728;

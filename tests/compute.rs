@@ -10,7 +10,6 @@ mod common;
 use common::{Out, Sandbox, artifacts};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,35 +18,7 @@ use std::time::{Duration, Instant};
 
 /// `tests/c/compute_client.c`, compiled once per test binary.
 fn client() -> PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let a = artifacts();
-        let src = a.root.join("tests/c/compute_client.c");
-        let out = a.bin.join("compute_client");
-        let stale = match (std::fs::metadata(&out).and_then(|m| m.modified()), std::fs::metadata(&src).and_then(|m| m.modified())) {
-            (Ok(o), Ok(s)) => s > o,
-            _ => true,
-        };
-        if stale {
-            let tmp = a.bin.join(format!(".compute_client.tmp{}", std::process::id()));
-            let st = std::process::Command::new(std::env::var_os("CC").unwrap_or_else(|| "gcc".into()))
-                .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-Wno-unused-function", "-I"])
-                .arg(a.root.join("tests/c"))
-                .arg("-o")
-                .arg(&tmp)
-                .arg(&src)
-                .arg("-L")
-                .arg(&a.simlib)
-                .args(["-lcuda", "-lpthread"])
-                .env_remove("LD_PRELOAD")
-                .status()
-                .expect("run cc");
-            assert!(st.success(), "compiling compute_client.c failed");
-            std::fs::rename(&tmp, &out).expect("rename client");
-        }
-        out
-    })
-    .clone()
+    common::c_program("compute_client", &["compute_client.c"], &["-lcuda", "-lpthread"])
 }
 
 fn mono_ns() -> u64 {

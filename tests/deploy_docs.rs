@@ -1,4 +1,4 @@
-//! The deployment recipe (issue 11 §5) cannot be built here (no image registry), so this checks that
+//! The deployment recipe (docs/deploy.md) cannot be built here (no image registry), so this checks that
 //! the names and paths it uses agree everywhere: `deploy/Dockerfile`, `deploy/values.yaml`,
 //! `docs/deploy.md`, the release script's artifacts (`ci/release.sh`), the injection test's
 //! reproduction of the device plugin's mounts (`tests/injection.rs`, `tests/py/injection.sh`), the

@@ -1,4 +1,4 @@
-//! Memory ledger v2 (issue 8 §1/§2, issue 9 items 3 and 8, issue 11 §2 memory half), with real
+//! Memory ledger v2 (docs/design.md "Memory ledger": sweep, overflow table, live limits), with real
 //! processes on the simulated GPU:
 //! - a SIGKILLed process's memory leaves the survivor's views and the region within 1 s, with
 //!   nobody allocating;
@@ -40,7 +40,7 @@ fn within(bound: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     None
 }
 
-/// Issue 8 §2 / issue 9 item 8: after SIGKILL of one process of two, the survivor's
+/// After SIGKILL of one process of two, the survivor's
 /// `cuMemGetInfo` and NVML free rise, and the region's sum (read here, independently) falls,
 /// within 1 s — the survivor allocates nothing meanwhile.
 #[test]

@@ -8,11 +8,9 @@ mod memory_support;
 
 use common::{Sandbox, artifacts};
 use memory_support::{MIB, Snap};
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -22,29 +20,7 @@ const CTX_MIB: u64 = 64;
 // ---- the client ----------------------------------------------------------------------------------
 
 fn truth_client() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let a = artifacts();
-        let out = a.bin.join("truth_client");
-        let tmp = a.bin.join(format!(".truth_client.tmp{}", std::process::id()));
-        let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("gcc"));
-        let o = Command::new(&cc)
-            .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-Wno-unused-function", "-I"])
-            .arg(a.root.join("tests/c"))
-            .arg("-o")
-            .arg(&tmp)
-            .arg(a.root.join("tests/c/truth_client.c"))
-            .arg("-L")
-            .arg(&a.simlib)
-            .args(["-lcuda", "-lnvidia-ml"])
-            .env_remove("LD_PRELOAD")
-            .output()
-            .expect("run cc");
-        assert!(o.status.success(), "truth_client: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        std::fs::rename(&tmp, &out).unwrap();
-        out
-    })
-    .clone()
+    common::c_program("truth_client", &["truth_client.c"], &["-lcuda", "-lnvidia-ml"])
 }
 
 struct Client {

@@ -385,7 +385,7 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
         expect(&asker, "s3.alloc", OOM);
         let used = region.container_used(0);
         assert!(
-            used >= HOLD_MIB * MIB && used <= LIMIT,
+            (HOLD_MIB * MIB..=LIMIT).contains(&used),
             "region container usage {used}: {}",
             region.describe()
         );

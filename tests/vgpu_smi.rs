@@ -1,4 +1,4 @@
-//! `vgpu-smi` (issue 11 §1, §3) on the simulated GPU, checked against independent readers of the
+//! `vgpu-smi` (README "Operating: `vgpu-smi`") on the simulated GPU, checked against independent readers of the
 //! region: `tests/py/vgpu_region.py` (through `tests/py/smi_check.py`, the monitor's sums) and
 //! `tests/py/rw_common.rs`'s reader. Covers the table, JSON, Prometheus, `--node` over several
 //! container directories (valid, corrupt, foreign, misnamed, empty), `--watch`, the counters
@@ -41,7 +41,7 @@ fn smi() -> &'static Path {
 
 /// vgpu-smi with the sandbox env (CUDA_DEVICE_MEMORY_SHARED_CACHE = the sandbox region) and no
 /// driver on the library path: it must not need one.
-fn run_smi<'a>(sb: &'a Sandbox, args: &[&str]) -> Out {
+fn run_smi(sb: &Sandbox, args: &[&str]) -> Out {
     sb.run(smi())
         .args(args.iter().copied())
         .ld_library_path(None)
@@ -280,15 +280,15 @@ fn no_region_and_no_data_yet() {
     b[64..64 + GPU_UUID.len()].copy_from_slice(GPU_UUID.as_bytes());
     b[1600..1608].copy_from_slice(&(2u64 << 30).to_le_bytes()); // limit[0]
     b[1728..1736].copy_from_slice(&100u64.to_le_bytes()); // sm_limit[0]
-    for (k, (pid, status, total)) in [(4242, 1, 100 * MIB), (4243, 0, 50 * MIB), (4244, 2, 7 * MIB)]
+    for (k, (pid, status, total)) in [(4242i32, 1i32, 100 * MIB), (4243, 0, 50 * MIB), (4244, 2, 7 * MIB)]
         .iter()
         .enumerate()
     {
         let s = 1856 + 1960 * k;
-        b[s..s + 4].copy_from_slice(&(*pid as i32).to_le_bytes());
+        b[s..s + 4].copy_from_slice(&pid.to_le_bytes());
         b[s + 8 + 16..s + 8 + 24].copy_from_slice(&total.to_le_bytes()); // data_size
         b[s + 8 + 32..s + 8 + 40].copy_from_slice(&total.to_le_bytes()); // total
-        b[s + 1928..s + 1932].copy_from_slice(&(*status as i32).to_le_bytes());
+        b[s + 1928..s + 1932].copy_from_slice(&status.to_le_bytes());
     }
     b[2_008_896..2_008_900].copy_from_slice(&3i32.to_le_bytes()); // proc_num
     std::fs::write(sb.region(), &b).unwrap();

@@ -1,4 +1,4 @@
-/* Price of the first CUDA touch in a fresh process (issue 10): the two-stage release artifact maps
+/* Price of the first CUDA touch in a fresh process (docs/design.md "Exec cost"): the two-stage release artifact maps
  * its engine there, once per process.
  *
  *   first_cuinit ROUNDS NAME=PRELOAD [NAME=PRELOAD...]

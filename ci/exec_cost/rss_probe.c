@@ -1,4 +1,4 @@
-/* Resident memory of a process that does nothing (issue 10): prints this process's VmRSS in KiB,
+/* Resident memory of a process that does nothing (docs/design.md "Exec cost"): prints this process's VmRSS in KiB,
  * with whatever LD_PRELOAD the caller set, so ci/exec_cost.sh can compare preloads. */
 #include <stdio.h>
 #include <string.h>

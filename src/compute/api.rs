@@ -2,7 +2,7 @@
 //! themselves come from `crate::driver`). The application's variant rules apply: a `_ptsz` launch
 //! is followed by `_ptsz` event records and capture queries on the same stream handle.
 
-#![allow(non_snake_case, dead_code)]
+#![allow(non_snake_case)]
 
 use crate::ffi::*;
 use std::ffi::c_uint;

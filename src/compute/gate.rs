@@ -122,7 +122,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
             None
         } else {
             let ctx = ctx_dev.map_or_else(api::current_ctx, |(c, _)| c);
-            let pair = c.samples.lock().take_pair(c, ctx, ordinal);
+            let pair = c.samples.lock().take_pair(ctx, ordinal);
             pair.and_then(|p| {
                 if api::event_record(p.start, stream, ptsz) == CUDA_SUCCESS {
                     // Taken after the record returned: the event's time stamp is not later, so

@@ -141,6 +141,7 @@ pub fn try_get() -> Option<&'static Compute> {
 
 #[cold]
 fn init_slow() -> &'static Compute {
+    register_fork_handling();
     let _g = INIT.lock();
     let p = COMPUTE.load(Ordering::Acquire);
     if !p.is_null() {
@@ -367,10 +368,22 @@ pub fn device_ctx_gone(dev: CUdevice) {
 /// held by threads that are not in this process) and rebuilt on first use, with a new watcher.
 pub fn fork_child() {
     let _abandoned = COMPUTE.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if INIT.is_locked() {
-        // SAFETY: only the forking thread exists; it was not inside `init_slow` (fork is called
-        // by the application, not from within the shim), so the holder is gone.
-        unsafe { INIT.force_unlock() };
-    }
+    // SAFETY: atfork child handler; the forking thread was not inside `init_slow` (fork is
+    // called by the application, not from within the shim).
+    unsafe { INIT.force_unlock_in_child() };
     GATE.store(true, Ordering::Relaxed);
+}
+
+/// Registers [`fork_child`] once per process image (a forked child inherits the registration),
+/// before the first build takes `INIT`, so a fork that sees `INIT` held always runs it. An
+/// atomic, not a `Once`: a child never waits for a registration a parent thread was running.
+fn register_fork_handling() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if !DONE.swap(true, Ordering::AcqRel) {
+        extern "C" fn on_fork_child() {
+            fork_child();
+        }
+        // SAFETY: registers a plain `extern "C"` function with no arguments, as glibc expects.
+        unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+    }
 }

@@ -41,7 +41,7 @@ pub struct Samples {
 
 impl Samples {
     /// Two events of context `ctx` (created there if the pool is empty). `None`: no sample now.
-    pub fn take_pair(&mut self, _c: &Compute, ctx: CUcontext, ordinal: CUdevice) -> Option<EventPair> {
+    pub fn take_pair(&mut self, ctx: CUcontext, ordinal: CUdevice) -> Option<EventPair> {
         if ctx.is_null() || self.pending.len() >= PENDING_MAX {
             return None;
         }

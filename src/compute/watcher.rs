@@ -21,7 +21,7 @@ const NVML_EVERY_NS: u64 = 250_000_000;
 
 /// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
 /// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
-/// its first kick neither blocks nor wakes a ghost (issue 9 §1).
+/// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
 static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
 
 /// Wake the watcher now (a sample was started, a context created).
@@ -119,15 +119,12 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
     let mut o = Others { claimed: Vec::new(), pairs: Vec::new(), unresolved: vec![c.pid as u32] };
     let Some(r) = c.region else { return o };
     let sh = r.shared();
-    let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
-    let my_idx = (0..n).find(|&k| sh.procs[k].pid.load(Ordering::Relaxed) == c.pid);
-    for k in 0..n {
-        let s = &sh.procs[k];
-        let pid = s.pid.load(Ordering::Relaxed);
-        if pid == c.pid || pid <= 0 || s.status.load(Ordering::Relaxed) == 0 {
+    let my_idx = vgpu_core::slots::live(sh).find(|s| s.pid == c.pid).map(|s| s.index);
+    for s in vgpu_core::slots::live(sh) {
+        let (k, pid, h) = (s.index, s.pid, s.hostpid);
+        if pid == c.pid || pid <= 0 {
             continue;
         }
-        let h = s.hostpid.load(Ordering::Relaxed);
         if h <= 0 {
             o.unresolved.push(pid as u32);
             continue;
@@ -145,11 +142,8 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
 /// Host PIDs of the container's live slots (ours included once resolved).
 pub(super) fn container_hostpids(c: &Compute) -> Vec<u32> {
     let Some(r) = c.region else { return Vec::new() };
-    let sh = r.shared();
-    let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
-    (0..n)
-        .filter(|&k| sh.procs[k].status.load(Ordering::Relaxed) != 0)
-        .map(|k| sh.procs[k].hostpid.load(Ordering::Relaxed))
+    vgpu_core::slots::live(r.shared())
+        .map(|s| s.hostpid)
         .filter(|&h| h > 0)
         .map(|h| h as u32)
         .collect()
@@ -170,9 +164,9 @@ fn write_sm_util(c: &Compute, d: usize, v: u64, last: &mut Option<u64>) {
         return;
     }
     let Some(r) = c.region else { return };
-    let Some(k) = vgpu_core::slots::find_slot(r, c.pid) else { return };
-    r.shared().procs[k].device_util[d].sm_util.store(v, Ordering::Relaxed);
-    *last = Some(v);
+    if vgpu_core::slots::set_sm_util(r, c.pid, d, v) {
+        *last = Some(v);
+    }
 }
 
 fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
@@ -225,9 +219,7 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
         }
     }
     if let Some(r) = c.region {
-        let sh = r.shared();
-        let n = (sh.proc_num.load(Ordering::Acquire).max(0) as usize).min(sh.procs.len());
-        let unresolved = (0..n).filter(|&k| sh.procs[k].status.load(Ordering::Relaxed) != 0 && sh.procs[k].hostpid.load(Ordering::Relaxed) <= 0).count();
+        let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.hostpid <= 0).count();
         w.unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
     }
 

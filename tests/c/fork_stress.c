@@ -1,4 +1,4 @@
-/* fork while other threads launch and allocate (issue 9 §1).
+/* fork while other threads launch and allocate (docs/design.md "Fork").
  *
  *   fork_stress FORKS THREADS
  *

@@ -1,5 +1,5 @@
 /* libtracer.so: a tracing/pooling library that reaches "the real" driver functions with
- * dlsym(RTLD_NEXT, ...) (issue 9 §5). Loaded after the shim (LD_PRELOAD="libvgpu.so libtracer.so")
+ * dlsym(RTLD_NEXT, ...) (docs/design.md "dlsym(RTLD_NEXT)"). Loaded after the shim (LD_PRELOAD="libvgpu.so libtracer.so")
  * or dlopen'ed by the program. */
 #define _GNU_SOURCE
 #include <dlfcn.h>

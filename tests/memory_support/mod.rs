@@ -2,18 +2,18 @@
 //! (`tests/c/mem_client.c`), an independent reader of the v1.2 region file (byte offsets written
 //! out here from docs/hami-contract.md §3, deliberately NOT taken from `vgpu_core::region`), and the
 //! container lock taken from the test side for consistent snapshots.
+// Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 
 use crate::common::{Sandbox, artifacts};
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
@@ -294,49 +294,10 @@ pub fn locked_snap(path: &Path) -> Snap {
 // ------------------------------------------------------------------------------------------------
 // Building the client.
 
-static CLIENT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-/// `testbin/mem_client`, compiled once per test binary (atomically replaced, so concurrent test
-/// binaries do not see a half-written file).
+/// `testbin/mem_client` (the shared on-demand builder: once per test binary, atomically replaced).
 #[track_caller]
 pub fn mem_client() -> PathBuf {
-    let r = CLIENT.get_or_init(|| {
-        let a = artifacts();
-        let src = a.root.join("tests/c/mem_client.c");
-        let header = a.root.join("tests/c/cuda_min.h");
-        let out = a.bin.join("mem_client");
-        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        if let Some(t) = mtime(&out) {
-            let deps = [src.clone(), header.clone(), a.simlib.join("libcuda.so"), a.simlib.join("libnvidia-ml.so")];
-            if deps.iter().all(|d| mtime(d).is_some_and(|m| m <= t)) {
-                return Ok(out);
-            }
-        }
-        let tmp = a.bin.join(format!(".mem_client.tmp{}", std::process::id()));
-        let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("gcc"));
-        let o = Command::new(&cc)
-            .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-Wno-unused-function", "-I"])
-            .arg(a.root.join("tests/c"))
-            .arg("-o")
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-L")
-            .arg(&a.simlib)
-            .args(["-lcuda", "-lnvidia-ml", "-lpthread"])
-            .env_remove("LD_PRELOAD")
-            .output()
-            .map_err(|e| format!("cannot run {cc:?}: {e}"))?;
-        if !o.status.success() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
-        }
-        std::fs::rename(&tmp, &out).map_err(|e| format!("rename: {e}"))?;
-        Ok(out)
-    });
-    match r {
-        Ok(p) => p.clone(),
-        Err(e) => panic!("mem_client failed to compile:\n{e}"),
-    }
+    crate::common::c_program("mem_client", &["mem_client.c"], &["-lcuda", "-lnvidia-ml", "-lpthread"])
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The inside of tests/kai.rs: run as the init of fresh mount + PID namespaces (`unshare -m -p -f
-# --mount-proc`). Reproduces the KAI Scheduler's layout (issue 11 §4: `${CONTAINER_VGPU_MOUNT:-
+# --mount-proc`). Reproduces the KAI Scheduler's layout (docs/deploy.md §8: `${CONTAINER_VGPU_MOUNT:-
 # /usr/local/vgpu}/containers/` mode 1777, no CUDA_DEVICE_MEMORY_SHARED_CACHE, POD_UID and
 # CONTAINER_NAME set, only CUDA_DEVICE_MEMORY_LIMIT) and HAMi's at a non-default hook path, without
 # touching the host, then runs clients as root and as UID 1000.
@@ -78,7 +78,7 @@ mount --bind "$K_WORK/etc" /etc
 # The container's first process (with the plugin's env) creates the region.
 run hami_root env CUDA_DEVICE_MEMORY_SHARED_CACHE=/opt/hv/vgpu/0c1d.cache CUDA_DEVICE_MEMORY_LIMIT_0=1024m \
     LD_LIBRARY_PATH="$K_SIMLIB" VGPU_SIM_STATE="$K_STATE_ROOT" $K_CLIENT info
-# issue 9 item 7: non-root, env -i, region outside /usr/local/vgpu: found via ld.so.preload's dir.
+# Non-root, env -i, region outside /usr/local/vgpu: found via ld.so.preload's dir.
 run envi_hami_user user env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$K_SIMLIB" VGPU_SIM_STATE="$K_STATE_USER" $CL
 run smi_envi_user user env -i "$K_SMI" --json
 echo done

@@ -1,5 +1,5 @@
 """Checks `vgpu-smi --json` against the independent region reader (vgpu_region.py), the way HAMi's
-vGPU monitor reads a v1 region (hami-contract.md §4.4): for every usable region in the JSON, per
+vGPU monitor reads a v1 region (docs/hami-contract.md §3.10, §4.1): for every usable region in the JSON, per
 device i < 16 listed: limit[i], Σ used[i].total / context_size / module_size / data_size over
 slots k < proc_num with status != 0, sm_limit[i]; and the list of live processes.
 

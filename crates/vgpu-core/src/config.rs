@@ -170,7 +170,6 @@ pub struct Config {
     pub log_level: i32,
     /// Minimum seconds between `last_kernel_time` writes.
     pub record_kernel_interval: u64,
-    pub visible_devices_raw: Option<String>,
     /// `None`: unset (all devices). Entries up to the first invalid one (CUDA's rule).
     pub visible_devices: Option<Vec<VisibleDevice>>,
     pub oversubscribe: bool,
@@ -180,11 +179,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// The region's own limits are authoritative (nothing in any env).
-    pub fn limits_from_region(&self) -> bool {
-        self.origin == ConfigOrigin::DiscoveredRegion
-    }
-
     pub fn from_system() -> Config {
         Self::from_sources(&SystemSources)
     }
@@ -351,7 +345,7 @@ impl<'a> Builder<'a> {
 
     /// A variable of the process env. Set but empty (`CUDA_DEVICE_MEMORY_LIMIT=`, typically an
     /// unset shell variable expanded into it) counts as unset and takes PID 1's value instead, so
-    /// an empty value never means "no limit" when the container has one (issue 9 §6).
+    /// an empty value never means "no limit" when the container has one (README "Configuration").
     fn var(&mut self, key: &str) -> Option<String> {
         match self.src.env(key) {
             Some(v) if !v.trim_ascii().is_empty() => Some(v),
@@ -668,7 +662,6 @@ impl<'a> Builder<'a> {
             core_policy,
             log_level,
             record_kernel_interval,
-            visible_devices_raw,
             visible_devices,
             oversubscribe,
             active_oom_killer,
@@ -998,7 +991,6 @@ pub(crate) mod tests {
         f.dirs.insert(PathBuf::from(HOOK_DIR), vec!["libvgpu.so".into(), "u-1.cache".into()]);
         let c = Config::from_sources(&f);
         assert_eq!(c.origin, ConfigOrigin::DiscoveredRegion);
-        assert!(c.limits_from_region());
         assert_eq!(c.region_path, PathBuf::from("/usr/local/vgpu/u-1.cache"));
 
         // Two caches: ambiguous → defaults.
@@ -1080,7 +1072,6 @@ pub(crate) mod tests {
         assert_eq!(parse_visible_devices("-1"), (vec![], Some("-1".into())));
         let c = Config::from_sources(&Fake::env(&[("CUDA_VISIBLE_DEVICES", "1,x")]));
         assert_eq!(c.visible_devices, Some(vec![VisibleDevice::Index(1)]));
-        assert_eq!(c.visible_devices_raw.as_deref(), Some("1,x"));
         assert_eq!(c.warnings.len(), 1);
     }
 

@@ -80,13 +80,6 @@ impl LocalUsage {
             });
         }
     }
-    fn clear(&self) {
-        for d in &self.used {
-            for a in d {
-                a.store(0, Ordering::Relaxed);
-            }
-        }
-    }
 }
 
 /// Where this process's usage lives.
@@ -126,7 +119,7 @@ const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(2);
 
 pub struct Ledger<'r> {
     region: Option<&'r Region>,
-    /// Cached pid (refreshed by [`after_fork`](Self::after_fork)): nothing here calls getpid.
+    /// Cached pid (a forked child builds a new ledger): nothing here calls getpid.
     pid: AtomicI32,
     seat: AtomicUsize,
     local: LocalUsage,
@@ -237,17 +230,6 @@ impl<'r> Ledger<'r> {
         };
         self.seat.store(SEAT_LOCAL, Ordering::Release);
         done
-    }
-
-    /// In a forked child (atfork child handler): new pid, no slot yet, local counts cleared (the
-    /// child owns none of the parent's allocations). Attach a slot, then `set_has_slot(true)`.
-    pub fn after_fork(&self, new_pid: i32) {
-        if self.local.m.is_locked() {
-            unsafe { self.local.m.force_unlock() };
-        }
-        self.pid.store(new_pid, Ordering::Release);
-        self.seat.store(SEAT_LOCAL, Ordering::Release);
-        self.local.clear();
     }
 
     /// Adds (`add`) or subtracts `bytes` in our own seat. Returns whether it landed in the region.
@@ -424,10 +406,8 @@ pub struct AllocRecord {
 }
 
 /// Per-process table of counted allocations (device pointer or VMM handle → record).
-///
-/// Fork: call [`atfork_prepare`](Self::atfork_prepare) / [`atfork_parent`](Self::atfork_parent) /
-/// [`atfork_child`](Self::atfork_child) from `pthread_atfork` so a child never inherits a held lock
-/// (the child's table starts empty: it owns none of the parent's allocations).
+/// A forked child abandons the parent's table with the rest of the process state (it owns none
+/// of the parent's allocations; docs/design.md "Fork").
 #[derive(Default)]
 pub struct AllocTable {
     map: Mutex<Option<HashMap<u64, AllocRecord>>>,
@@ -461,13 +441,6 @@ impl AllocTable {
         self.len() == 0
     }
 
-    /// Bytes recorded on `dev` (all kinds).
-    pub fn bytes_on(&self, dev: usize) -> u64 {
-        self.map.lock().as_ref().map_or(0, |m| {
-            m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(r.bytes))
-        })
-    }
-
     /// Σ `f(record)` over the records on `dev` (the truth reconciliation's rounding allowance).
     pub fn sum_on(&self, dev: usize, f: impl Fn(&AllocRecord) -> u64) -> u64 {
         self.map.lock().as_ref().map_or(0, |m| m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(f(r))))
@@ -480,27 +453,6 @@ impl AllocTable {
         let Some(m) = g.as_mut() else { return Vec::new() };
         let keys: Vec<u64> = m.iter().filter(|(_, r)| r.owner == owner).map(|(k, _)| *k).collect();
         keys.into_iter().filter_map(|k| m.remove(&k).map(|r| (k, r))).collect()
-    }
-
-    /// Removes and returns everything (e.g. at context destruction).
-    pub fn drain(&self) -> Vec<(u64, AllocRecord)> {
-        self.map.lock().take().map(|m| m.into_iter().collect()).unwrap_or_default()
-    }
-
-    pub fn atfork_prepare(&self) {
-        std::mem::forget(self.map.lock());
-    }
-
-    pub fn atfork_parent(&self) {
-        unsafe { self.map.force_unlock() };
-    }
-
-    pub fn atfork_child(&self) {
-        unsafe { self.map.force_unlock() };
-        // Leak rather than drop: dropping is fine too, but keep the child's work minimal.
-        if let Some(m) = self.map.lock().take() {
-            std::mem::forget(m);
-        }
     }
 }
 
@@ -652,7 +604,7 @@ mod tests {
         let rec = AllocRecord { dev: 1, bytes: 4096, kind: UsageKind::Data, owner: 0 };
         assert_eq!(t.insert(0xdead_0000, rec), None);
         assert_eq!(t.insert(0xbeef_0000, AllocRecord { dev: 0, bytes: 10, kind: UsageKind::Data, owner: 7 }), None);
-        assert_eq!(t.bytes_on(1), 4096);
+        assert_eq!(t.sum_on(1, |r| r.bytes), 4096);
         assert_eq!(t.get(0xdead_0000), Some(rec));
         assert_eq!(t.remove(0x1234), None, "unknown pointer uncounts nothing");
         assert_eq!(t.remove(0xdead_0000), Some(rec));
@@ -666,21 +618,7 @@ mod tests {
         assert_eq!(owned[0].0, 0xbeef_0000);
         assert!(t.remove_owned_by(7).is_empty());
         assert_eq!(t.len(), 1);
-        assert_eq!(t.drain().len(), 1);
+        assert_eq!(t.remove_owned_by(8).len(), 1);
         assert!(t.is_empty());
-        t.atfork_prepare();
-        t.atfork_parent();
-        t.insert(1, rec);
-        t.atfork_prepare();
-        t.atfork_child();
-        assert!(t.is_empty());
-    }
-
-    #[test]
-    fn ledger_after_fork_reset() {
-        let l = Ledger::local();
-        l.reserve(0, 5, UsageKind::Data, 0).unwrap().commit();
-        l.after_fork(42);
-        assert_eq!(l.usage(0), 0);
     }
 }

@@ -106,10 +106,8 @@ impl PidMutex {
 
     /// Forked child only: frees the mutex if a (parent's) thread held it at fork.
     pub fn reset_after_fork(&self) {
-        if self.m.is_locked() {
-            // SAFETY: in a forked child the holding thread does not exist.
-            unsafe { self.m.force_unlock() };
-        }
+        // SAFETY: forked child only (this function's contract): the holder is not in this process.
+        unsafe { self.m.force_unlock_in_child() };
         self.holder.store(0, Ordering::Release);
     }
 }

@@ -475,10 +475,8 @@ impl Region {
     /// inherited and stays valid; the slot hint is forgotten (the child needs its own slot).
     pub fn reopen_after_fork(&self) -> io::Result<()> {
         self.slot_hint.store(usize::MAX, Ordering::Relaxed);
-        if self.writer.is_locked() {
-            // SAFETY: in a forked child the thread that held it does not exist.
-            unsafe { self.writer.force_unlock() };
-        }
+        // SAFETY: callers are atfork child handlers (see above): the holder is not in this process.
+        unsafe { self.writer.force_unlock_in_child() };
         self.lock.reopen_after_fork()
     }
 
@@ -500,41 +498,6 @@ impl Region {
             r.set_uuid(d, u);
         }
         r.device_num.store(n as u64, Ordering::Release);
-    }
-
-    /// `last_kernel_time` update: at most once per `interval_secs`, only ever increasing.
-    /// Returns true if it wrote.
-    pub fn record_kernel_time(&self, now_secs: u64, interval_secs: u64) -> bool {
-        let a = &self.shared().last_kernel_time;
-        let old = a.load(Ordering::Relaxed);
-        if now_secs < old.saturating_add(interval_secs.max(1)) {
-            return false;
-        }
-        a.compare_exchange(old, now_secs, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    }
-
-    /// The monitor is blocking this container (`recent_kernel < 0`, docs/hami-contract.md §4.3).
-    pub fn launches_blocked(&self) -> bool {
-        self.shared().recent_kernel.load(Ordering::Acquire) < 0
-    }
-
-    /// Marks kernel activity (`recent_kernel = 2`) without ever overwriting a negative (blocking)
-    /// value. Returns false when blocked.
-    pub fn mark_recent_kernel(&self) -> bool {
-        let a = &self.shared().recent_kernel;
-        let mut cur = a.load(Ordering::Acquire);
-        loop {
-            if cur < 0 {
-                return false;
-            }
-            if cur == 2 {
-                return true;
-            }
-            match a.compare_exchange_weak(cur, 2, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(v) => cur = v,
-            }
-        }
     }
 }
 
@@ -815,10 +778,12 @@ mod tests {
         assert!(s.last_kernel_time.load(Ordering::Relaxed) > 5, "attach refreshes last_kernel_time");
         // Same file: same memory.
         r2.shared().proc_num.store(0, Ordering::Relaxed);
-        assert!(!r.mark_recent_kernel(), "blocked: never overwrite a negative value");
-        assert!(r.launches_blocked());
+        // The shipped control-word functions (limiter::feedback) over two mappings of one file.
+        use crate::limiter::feedback::{blocked, mark_active};
+        assert!(!mark_active(&r.shared().recent_kernel), "blocked: never overwrite a negative value");
+        assert!(blocked(&r.shared().recent_kernel));
         r.shared().recent_kernel.store(0, Ordering::Relaxed);
-        assert!(r2.mark_recent_kernel());
+        assert!(mark_active(&r2.shared().recent_kernel));
         assert_eq!(r.shared().recent_kernel.load(Ordering::Relaxed), 2);
     }
 
@@ -977,18 +942,5 @@ mod tests {
             assert_eq!(g.owner_pid.load(Ordering::Relaxed), unsafe { libc::getpid() } as u64);
         }
         assert_eq!(r.shared().owner_pid.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn kernel_time_only_increases() {
-        let p = temp_path("rf-lkt");
-        let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
-        r.shared().last_kernel_time.store(1000, Ordering::Relaxed);
-        assert!(!r.record_kernel_time(1000, 1));
-        assert!(r.record_kernel_time(1001, 1));
-        assert!(!r.record_kernel_time(1003, 5));
-        assert!(r.record_kernel_time(1006, 5));
-        assert!(!r.record_kernel_time(900, 1));
-        assert_eq!(r.shared().last_kernel_time.load(Ordering::Relaxed), 1006);
     }
 }

@@ -1,5 +1,5 @@
 //! Where the region file is when `CUDA_DEVICE_MEMORY_SHARED_CACHE` does not say
-//! (issue 11 §4: the KAI Scheduler channel; issue 9 item 7: a non-root `env -i` shell).
+//! (the KAI Scheduler channel, docs/deploy.md §8; discovery for a non-root `env -i` shell).
 //!
 //! Order (the first that applies wins; see README "Configuration"):
 //! 1. `CUDA_DEVICE_MEMORY_SHARED_CACHE` from the process env, else from `/proc/1/environ`

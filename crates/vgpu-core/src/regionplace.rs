@@ -1,4 +1,4 @@
-//! Where a container's region lives when its file is deleted or unusable (issue 9 §2, §4).
+//! Where a container's region lives when its file is deleted or unusable (docs/design.md "Where the region lives").
 //!
 //! **Anchor link.** Every attached region file gets a second hard link in its directory,
 //! [`anchor_path`] (`.<name>.vgpu-link`: hidden, neither `*.cache` nor `*libvgpu.so*`, so the

@@ -544,13 +544,33 @@ pub fn container_breakdown(r: &SharedRegion, dev: usize) -> UsageBreakdown {
     if dev >= MAX_DEVICES {
         return out;
     }
-    for k in 0..proc_num(r) {
-        let s = &r.procs[k];
-        if s.status.load(Ordering::Acquire) == 0 {
-            continue;
-        }
-        let m = &s.used[dev];
-        let v = read_consistent(s, || {
+    for s in live(r) {
+        let v = s.usage(dev);
+        out.total = out.total.saturating_add(v.total);
+        out.context = out.context.saturating_add(v.context);
+        out.module = out.module.saturating_add(v.module);
+        out.data = out.data.saturating_add(v.data);
+    }
+    out
+}
+
+/// One slot that counts, as [`live`] yields it.
+#[derive(Clone, Copy)]
+pub struct LiveSlot<'r> {
+    /// Index `k` in `procs`.
+    pub index: usize,
+    /// Container pid (a foreign writer may have left `<= 0`; callers that need a process skip it).
+    pub pid: i32,
+    /// Host pid (`<= 0`: not resolved yet).
+    pub hostpid: i32,
+    slot: &'r ProcSlot,
+}
+
+impl LiveSlot<'_> {
+    /// `used[dev]` of this slot, read under its seqlock (all zero for `dev >= MAX_DEVICES`).
+    pub fn usage(&self, dev: usize) -> UsageBreakdown {
+        let Some(m) = self.slot.used.get(dev) else { return UsageBreakdown::default() };
+        let v = read_consistent(self.slot, || {
             [
                 m.total.load(Ordering::Relaxed),
                 m.context_size.load(Ordering::Relaxed),
@@ -558,12 +578,33 @@ pub fn container_breakdown(r: &SharedRegion, dev: usize) -> UsageBreakdown {
                 m.data_size.load(Ordering::Relaxed),
             ]
         });
-        out.total = out.total.saturating_add(v[0]);
-        out.context = out.context.saturating_add(v[1]);
-        out.module = out.module.saturating_add(v[2]);
-        out.data = out.data.saturating_add(v[3]);
+        UsageBreakdown { total: v[0], context: v[1], module: v[2], data: v[3] }
     }
-    out
+}
+
+/// The slots that count, in index order: `k < proc_num` (clamped to the table) with
+/// `status != 0`, which is what the monitor sums. Slots are freed in place, so free holes
+/// (status 0) are skipped, never compacted away (docs/design.md "Memory ledger"). The one
+/// reader of live slots for views and scans; the limit check's [`slot_totals`] keeps its
+/// single load per slot.
+pub fn live(r: &SharedRegion) -> impl Iterator<Item = LiveSlot<'_>> {
+    r.procs[..proc_num(r)].iter().enumerate().filter_map(|(index, slot)| {
+        if slot.status.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let pid = slot.pid.load(Ordering::Acquire);
+        let hostpid = slot.hostpid.load(Ordering::Acquire);
+        Some(LiveSlot { index, pid, hostpid, slot })
+    })
+}
+
+/// Writes `device_util[dev].sm_util` of `pid`'s slot (the monitor sums it). False when `pid` has
+/// no slot or `dev` is out of range.
+pub fn set_sm_util(region: &Region, pid: i32, dev: usize, v: u64) -> bool {
+    let Some(k) = find_slot(region, pid) else { return false };
+    let Some(u) = region.shared().procs[k].device_util.get(dev) else { return false };
+    u.sm_util.store(v, Ordering::Relaxed);
+    true
 }
 
 /// `pid`'s own `used[dev].total`.
@@ -696,6 +737,58 @@ mod tests {
     }
 
     const ALIVE: Liveness<'static> = &|_, _| false;
+
+    #[test]
+    fn live_skips_holes_and_reads_under_the_seqlock() {
+        let (_p, r) = region("slots-live");
+        {
+            let g = r.lock().unwrap();
+            for pid in [101, 102, 103] {
+                attach_with(&g, pid, 1, ALIVE).unwrap();
+            }
+        }
+        let sh = r.shared();
+        sh.procs[0].hostpid.store(9001, Ordering::Relaxed);
+        slot_write(&r, 2, 1, UsageKind::Data, true, 4096);
+        slot_write(&r, 2, 1, UsageKind::Context, true, 100);
+        // A hole in the middle (freed in place) and a slot beyond proc_num: neither counts.
+        free_slot(&sh.procs[1]);
+        sh.procs[5].pid.store(555, Ordering::Relaxed);
+        sh.procs[5].status.store(1, Ordering::Relaxed);
+        let got: Vec<(usize, i32, i32)> = live(sh).map(|s| (s.index, s.pid, s.hostpid)).collect();
+        assert_eq!(got, vec![(0, 101, 9001), (2, 103, 0)]);
+        let u = live(sh).find(|s| s.pid == 103).unwrap().usage(1);
+        assert_eq!(u, UsageBreakdown { total: 4196, context: 100, module: 0, data: 4096 });
+        assert_eq!(live(sh).find(|s| s.pid == 103).unwrap().usage(MAX_DEVICES), UsageBreakdown::default());
+        assert_eq!(container_breakdown(sh, 1), u, "the breakdown is the live slots' sum");
+
+        // A writer stuck mid-update (odd seqlock): the read gives up after bounded retries
+        // with the last value instead of spinning forever.
+        sh.procs[2].seqlock.store(1, Ordering::Relaxed);
+        assert_eq!(live(sh).find(|s| s.pid == 103).unwrap().usage(1).total, 4196);
+        sh.procs[2].seqlock.store(2, Ordering::Relaxed);
+
+        // proc_num beyond the table (foreign or corrupt header) is clamped.
+        sh.proc_num.store(i32::MAX, Ordering::Relaxed);
+        assert_eq!(live(sh).count(), 3, "slot 5 now lies below proc_num");
+        sh.proc_num.store(-7, Ordering::Relaxed);
+        assert_eq!(live(sh).count(), 0);
+    }
+
+    #[test]
+    fn set_sm_util_writes_only_an_attached_slot() {
+        let (_p, r) = region("slots-smutil");
+        {
+            let g = r.lock().unwrap();
+            attach_with(&g, 201, 1, ALIVE).unwrap();
+            attach_with(&g, 202, 1, ALIVE).unwrap();
+        }
+        assert!(set_sm_util(&r, 202, 3, 42));
+        assert_eq!(r.shared().procs[1].device_util[3].sm_util.load(Ordering::Relaxed), 42);
+        assert_eq!(r.shared().procs[0].device_util[3].sm_util.load(Ordering::Relaxed), 0);
+        assert!(!set_sm_util(&r, 999, 3, 1), "no slot: nothing written");
+        assert!(!set_sm_util(&r, 202, MAX_DEVICES, 1), "device out of range");
+    }
 
     #[test]
     fn attach_reuse_detach() {

@@ -4,7 +4,7 @@
 //! Why not `parking_lot` (or any lock with a process-wide waiter table): a forked child inherits
 //! such a table in whatever state the parent's threads left it — a bucket locked by a thread that
 //! does not exist in the child, or a queue naming parked threads that do not exist either — and
-//! the child's first contended lock or notify then spins or sleeps forever (issue 9 §1). Here the
+//! the child's first contended lock or notify then spins or sleeps forever (docs/design.md "Fork"). Here the
 //! whole state of a lock is its word: a child sees "locked" at worst, which the owners of
 //! per-process state handle by abandoning the object (see the shim's `state` and `compute`) or by
 //! [`Mutex::force_unlock`] of a static whose holder is known to be gone. Private futexes are keyed
@@ -105,6 +105,20 @@ impl<T: ?Sized> Mutex<T> {
     /// No live guard of this mutex may be used afterwards.
     pub unsafe fn force_unlock(&self) {
         self.unlock();
+    }
+
+    /// In a `pthread_atfork` child handler: releases the lock if a thread of the parent held it
+    /// at the fork (that thread does not exist here, so its guard can never be used).
+    ///
+    /// # Safety
+    /// Call only from an atfork child handler that runs before anything else in the child, and
+    /// only for a lock the forking thread itself did not hold (the application forked, from
+    /// outside the shim).
+    pub unsafe fn force_unlock_in_child(&self) {
+        if self.is_locked() {
+            // SAFETY: per the contract above, the holder is a thread that is not in this process.
+            unsafe { self.force_unlock() };
+        }
     }
 
     /// Spins briefly while the lock is held without sleepers; returns the last state seen.
@@ -376,6 +390,30 @@ mod tests {
         assert!(m.try_lock().is_none());
         unsafe { m.force_unlock() };
         assert_eq!(*m.try_lock().unwrap(), 5);
+    }
+
+    /// In a forked child a lock held by a parent thread is released; a free one stays free.
+    #[test]
+    fn force_unlock_in_child_of_a_parent_held_lock() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let held = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let (m2, h2) = (m.clone(), held.clone());
+        let t = std::thread::spawn(move || {
+            std::mem::forget(m2.lock());
+            h2.wait();
+        });
+        held.wait();
+        t.join().unwrap();
+        let (pid, rx) = fork_child(|tx| {
+            assert!(m.try_lock().is_none(), "inherited as held");
+            unsafe { m.force_unlock_in_child() };
+            assert_eq!(*m.try_lock().unwrap(), 1);
+            unsafe { m.force_unlock_in_child() };
+            assert!(m.try_lock().is_some(), "a free lock stays usable");
+            tx(1);
+        });
+        assert_eq!(rx(), Some(1));
+        assert_eq!(wait_child(pid), 0);
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn container_region(a: &Args) -> PathBuf {
     }
 }
 
-/// `/overrideEnv` (hami-contract.md §1.5), applied before the configuration as the library does.
+/// `/overrideEnv` (docs/hami-contract.md §1.5), applied before the configuration as the library does.
 fn apply_override_env() {
     use std::sync::Once;
     static ONCE: Once = Once::new();

@@ -1,5 +1,5 @@
 //! `--node [DIR]`: every container directory under the hook path, as HAMi's monitor walks it
-//! (hami-contract.md §4.1): `<DIR>/containers/<podUID>_<container>/*.cache` (names containing
+//! (docs/hami-contract.md §4.1): `<DIR>/containers/<podUID>_<container>/*.cache` (names containing
 //! `libvgpu.so` are not regions). Every entry is reported, the bad ones with their reason.
 
 use crate::snapshot::{self, PidView, Snapshot};

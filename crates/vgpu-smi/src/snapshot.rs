@@ -1,5 +1,5 @@
 //! A consistent-enough copy of one region file and what it says, read the way HAMi's vGPU
-//! monitor reads it (hami-contract.md §4.1, §4.4): a slot counts iff `k < proc_num` and
+//! monitor reads it (docs/hami-contract.md §3.10, §4.1): a slot counts iff `k < proc_num` and
 //! `status != 0`; the device sums are `slots::container_breakdown` over that copy.
 //!
 //! The file is read with `pread` into private memory, never mapped: a file truncated while we read
@@ -248,7 +248,7 @@ pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
     })
 }
 
-/// The checks of hami-contract.md §4.1, in the monitor's order, with its reasons.
+/// The checks of docs/hami-contract.md §4.1, in the monitor's order, with its reasons.
 pub fn check_header(head: &[u8], size: u64) -> Result<(), Unusable> {
     if head.len() < 12 {
         return Err(Unusable(format!("{size} bytes: smaller than the 12-byte header")));

@@ -8,6 +8,8 @@
 //!   in one [`Sim`] behind a mutex; nothing sleeps while holding it.
 //! * Cross-process facts (memory per device and process, device time, busy intervals) live in the
 //!   `sim_state` file.
+// The exports are the driver's C functions: their contract is NVIDIA's documentation, their
+// argument lists are the driver's, and the export macro calls its body closure in place.
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, clippy::redundant_closure_call)]
 
 mod array;

@@ -4,6 +4,7 @@
 //! processes with a context on the device, `usedGpuMemory` including the context, pid +
 //! `VGPU_SIM_PID_OFFSET`. Utilisation: exact busy time from the per-process interval rings;
 //! CLOCK_MONOTONIC maps to wall-clock µs through the offset fixed in the state file.
+// NVML's own names, and its C functions' contract is NVIDIA's documentation.
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
 use sim_state::{SimState, now_mono_ns};

@@ -140,6 +140,7 @@ fn interval_math() {
 
 use ring::busy_between;
 
+// Leaving a child unreaped is the point of the `reap == false` case.
 #[allow(clippy::zombie_processes)]
 fn reclaim_case(kill: bool, reap: bool) {
     let (_t, s) = open("reclaim", 1, 1000);
