@@ -32,11 +32,12 @@ macro_rules! called {
         $(
             pub fn $name() -> Option<cuda_types::pfn::$name> {
                 static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-                let name = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                // A constant: no strlen on every call (these run on the allocation hot path).
+                const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                     Ok(c) => c,
-                    Err(_) => return None,
+                    Err(_) => panic!("bad symbol name"),
                 };
-                let p = resolve(&SLOT, &$lib, name);
+                let p = resolve(&SLOT, &$lib, NAME);
                 // SAFETY: `p` is the address of the symbol `$name` in the real library (not null);
                 // `cuda_types::pfn::$name` is the type generated from that symbol's prototype.
                 if p.is_null() { None } else { Some(unsafe { std::mem::transmute::<*mut c_void, cuda_types::pfn::$name>(p) }) }

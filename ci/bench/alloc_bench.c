@@ -7,8 +7,8 @@
  *                               allocation hook makes; cuMemGetInfo's makes the first only)
  *   alloc_bench storm MS FILE   pairs for MS milliseconds; every 16 pairs adds 16 to the u64 at
  *                               offset 0 of FILE (mmapped: the count survives a SIGKILL)
- * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one sleeping
- * thread first (the shim has one: the simulated driver's /proc reads cost more per thread). */
+ * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one thread
+ * first that only sleeps, waking every 250 ms (the shim's process has one such thread). */
 #include <pthread.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -51,7 +51,9 @@ static int one(int mode) {
     }
 }
 
-static void *idle(void *a) { for (;;) sleep(1000); return a; }
+/* Wakes every 250 ms like the shim's housekeeping thread: a thread that ran lately on another CPU
+ * makes the simulated driver's munmap (one per free) pay a TLB shootdown, whichever thread it is. */
+static void *idle(void *a) { for (;;) usleep(250000); return a; }
 
 int main(int argc, char **argv) {
     if (getenv("ALLOC_BENCH_IDLE_THREAD")) { pthread_t t; pthread_create(&t, NULL, idle, NULL); }

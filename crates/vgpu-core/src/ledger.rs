@@ -19,12 +19,12 @@
 //! ([`ReserveError::Lock`], the shim returns OOM). `release` subtracts from our own seat and
 //! never waits on another process.
 
+use crate::idhash::IdMap;
 use crate::lock::LockError;
 use crate::region::{UsageKind, MAX_DEVICES};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
 use crate::sync::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -410,7 +410,7 @@ pub struct AllocRecord {
 /// of the parent's allocations; docs/design.md "Fork").
 #[derive(Default)]
 pub struct AllocTable {
-    map: Mutex<Option<HashMap<u64, AllocRecord>>>,
+    map: Mutex<Option<IdMap<u64, AllocRecord>>>,
 }
 
 impl AllocTable {
@@ -421,7 +421,7 @@ impl AllocTable {
     /// Records `key`. Returns the previous record for the same key (the driver reused an address
     /// we still thought live, i.e. a missed free): the caller should uncount it.
     pub fn insert(&self, key: u64, rec: AllocRecord) -> Option<AllocRecord> {
-        self.map.lock().get_or_insert_with(HashMap::new).insert(key, rec)
+        self.map.lock().get_or_insert_with(IdMap::default).insert(key, rec)
     }
 
     /// Forgets `key` and returns what it counted; `None` for an unknown key (uncount nothing).
@@ -434,7 +434,7 @@ impl AllocTable {
     }
 
     pub fn len(&self) -> usize {
-        self.map.lock().as_ref().map_or(0, HashMap::len)
+        self.map.lock().as_ref().map_or(0, IdMap::len)
     }
 
     pub fn is_empty(&self) -> bool {

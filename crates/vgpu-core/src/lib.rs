@@ -7,6 +7,7 @@ pub mod config;
 pub mod devices;
 pub mod counters;
 pub mod hostpid;
+pub mod idhash;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;

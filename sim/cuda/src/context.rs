@@ -48,11 +48,13 @@ pub(crate) fn check_dev(dev: CUdevice) -> Result<usize, CUresult> {
 
 /// The context for handle `h`, creating the (inactive) primary context record on first sight.
 pub(crate) fn ctx_entry(sim: &mut Sim, h: u64) -> Option<&mut Ctx> {
-    if let std::collections::hash_map::Entry::Vacant(e) = sim.ctxs.entry(h) {
-        let dev = primary_dev(h)?;
-        e.insert(Ctx { dev, primary: true, active: false, refcount: 0, flags: 0, max_tail: 0 });
+    match sim.ctxs.entry(h) {
+        std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let dev = primary_dev(h)?;
+            Some(e.insert(Ctx { dev, primary: true, active: false, refcount: 0, flags: 0, max_tail: 0 }))
+        }
     }
-    sim.ctxs.get_mut(&h)
 }
 
 pub(crate) fn top() -> Option<u64> {

@@ -12,9 +12,32 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+/// One folded multiply per integer key (handles are not untrusted input: SipHash buys nothing).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let m = u128::from(self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
+pub(crate) type HandleHash = std::hash::BuildHasherDefault<HandleHasher>;
+
 #[derive(Default)]
 pub(crate) struct Sim {
-    pub ctxs: HashMap<u64, Ctx>,
+    /// Keyed by handle with a cheap hasher: a real driver finds the current context from
+    /// thread-local state, so its per-call lookup must not dominate what the shim's bench measures.
+    pub ctxs: HashMap<u64, Ctx, HandleHash>,
     /// Active contexts of this process per device (primary with refcount > 0, or created).
     pub dev_ctx_count: [u32; sim_state::MAX_DEVICES],
     pub allocs: BTreeMap<u64, Alloc>,

@@ -678,6 +678,40 @@ impl SimState {
         n
     }
 
+    /// The reclaim of hot query paths (`cuMemGetInfo`): a real driver frees a dead process's
+    /// memory at its teardown and answers the query from a counter, it does not scan `/proc` per
+    /// call. Here: a record of a reaped process (`kill(pid, 0)` fails with `ESRCH`) is reclaimed
+    /// at once; the full check (`/proc/<pid>/stat`: zombie, recycled pid) runs at most every
+    /// `period` per process (`last_full`: CLOCK_MONOTONIC ns of the last one, the caller's).
+    /// The caller's own record is never probed. Returns the number reclaimed.
+    pub fn reclaim_dead_rate_limited(&self, last_full: &AtomicU64, period_ns: u64) -> usize {
+        let now = now_mono_ns();
+        let prev = last_full.load(Ordering::Relaxed);
+        if now.saturating_sub(prev) >= period_ns
+            && last_full.compare_exchange(prev, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            return self.reclaim_dead();
+        }
+        let h = self.sh();
+        let me = std::process::id();
+        let mut n = 0;
+        for slot in 0..MAX_PROCS {
+            let r = &h.procs[slot];
+            if r.state.load(Ordering::Acquire) != ST_ALIVE {
+                continue;
+            }
+            let pid = r.pid.load(Ordering::Relaxed);
+            if pid == 0 || pid == me || !process_reaped(pid) {
+                continue;
+            }
+            if r.state.compare_exchange(ST_ALIVE, ST_RECLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.retire_record(slot);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Caller owns the record in state RECLAIM.
     fn retire_record(&self, slot: usize) {
         let h = self.sh();
@@ -760,6 +794,15 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 
 fn proc_starttime(pid: u32) -> Option<u64> {
     proc_stat(pid).map(|(_, s)| s)
+}
+
+/// `pid` no longer exists at all (exited and reaped): `kill(pid, 0)` fails with `ESRCH`.
+fn process_reaped(pid: u32) -> bool {
+    if pid > i32::MAX as u32 {
+        return true;
+    }
+    let r = unsafe { libc::kill(pid as i32, 0) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Is `pid` alive (not a zombie) and still the process that registered (same start time)?

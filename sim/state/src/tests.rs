@@ -231,3 +231,37 @@ fn wall_clock_mapping_roundtrips() {
     assert!(wall_now.abs_diff(w) < 1_000_000, "{wall_now} vs {w}");
     assert!(s.wall_us_to_mono(w).abs_diff(m) < 1000);
 }
+
+/// The hot-path reclaim: a reaped process goes at once; a zombie waits for the rate-limited full
+/// check; our own record is never probed away.
+#[test]
+fn rate_limited_reclaim() {
+    let (_t, s) = open("ratelimited", 1, 1000);
+    let last = AtomicU64::new(0);
+    let me = s.register(std::process::id()).unwrap();
+    assert!(s.try_charge(me, 0, 2 << 20));
+    assert_eq!(s.reclaim_dead_rate_limited(&last, 60 * 1_000_000_000), 0, "first call: full check");
+    assert_ne!(last.load(Ordering::Relaxed), 0);
+    // Reaped: reclaimed without a full check.
+    let mut a = Command::new("sleep").arg("30").spawn().unwrap();
+    let sa = s.register(a.id()).unwrap();
+    assert!(s.try_charge(sa, 0, 4 << 20));
+    unsafe { libc::kill(a.id() as i32, libc::SIGKILL) };
+    a.wait().unwrap();
+    assert_eq!(s.reclaim_dead_rate_limited(&last, 60 * 1_000_000_000), 1);
+    assert_eq!(s.device_used(0), 2 << 20);
+    // Zombie: still counted until the period has passed, then reclaimed.
+    let mut z = Command::new("sleep").arg("30").spawn().unwrap();
+    let sz = s.register(z.id()).unwrap();
+    assert!(s.try_charge(sz, 0, 8 << 20));
+    unsafe { libc::kill(z.id() as i32, libc::SIGKILL) };
+    let deadline = now_mono_ns() + 5_000_000_000;
+    while proc_stat(z.id()).map(|(c, _)| c) != Some('Z') && now_mono_ns() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(s.reclaim_dead_rate_limited(&last, 60 * 1_000_000_000), 0, "zombie: only the full check sees it");
+    assert_eq!(s.device_used(0), 10 << 20);
+    assert_eq!(s.reclaim_dead_rate_limited(&last, 0), 1);
+    assert_eq!(s.device_used(0), 2 << 20);
+    z.wait().unwrap();
+}
