@@ -552,6 +552,39 @@ mod tests {
     }
 
     #[test]
+    fn one_unknown_launch_in_flight_per_container() {
+        let gate = AtomicU64::new(0);
+        // Process 1 takes the gate for its first (unknown) launch; process 2 must wait.
+        let (mut m1, mut m2) = (CostModel::new(), CostModel::new());
+        let p1 = m1.predict(k(50), MS);
+        assert!(p1.unknown && !p1.wait_for_first);
+        let t1 = claim_first(&gate, MS).unwrap();
+        m1.hold_gate(t1);
+        assert!(m2.predict(k(50), MS).unknown);
+        assert_eq!(claim_first(&gate, MS + 1), None);
+        // Admitted and measured: released only once its sample is in.
+        m1.admitted(k(50), &p1);
+        m1.sample_started(k(50), MS);
+        assert_eq!(m1.gate_to_release(), None);
+        m1.sample_done(k(50), 50 * US, 2 * MS);
+        assert_eq!(m1.gate_to_release(), Some(t1));
+        assert_eq!(m1.gate_to_release(), None);
+        release_first(&gate, t1);
+        // A known signature is not gated; process 2 gets the gate now.
+        assert!(!m1.predict(k(50), 3 * MS).unknown);
+        let t2 = claim_first(&gate, 3 * MS).unwrap();
+        // A holder that never releases (died) stops holding after FIRST_GATE_HOLD_NS; a stale
+        // token does not free a newer claim.
+        assert_eq!(claim_first(&gate, 3 * MS + FIRST_GATE_HOLD_NS - 1), None);
+        let t3 = claim_first(&gate, 3 * MS + FIRST_GATE_HOLD_NS).unwrap();
+        release_first(&gate, t2);
+        assert_eq!(gate.load(Acquire), t3);
+        // A deadline far in the future (clock went backwards, garbage) does not block either.
+        gate.store(u64::MAX, std::sync::atomic::Ordering::Release);
+        assert!(claim_first(&gate, 5 * MS).is_some());
+    }
+
+    #[test]
     fn other_grid_of_known_function_is_scaled() {
         let mut m = CostModel::new();
         for i in 0..WARMUP as u64 {
