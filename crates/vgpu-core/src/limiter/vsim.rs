@@ -551,17 +551,6 @@ fn debug_newcomer() {
 
 #[test]
 #[ignore]
-fn debug_alone_start() {
-    for w in WORKS {
-        for seed in [1, 2, 3] {
-            let o = burst_run(&[(50, 0, 4)], w, true, vec![], 3, seed);
-            println!("{w:?} seed {seed}: first {:.1} second {:.1} {:?}", window(&o, 0, 0), window(&o, 0, S), &o.series[0][0..12].iter().map(|v| v.round()).collect::<Vec<_>>());
-        }
-    }
-}
-
-#[test]
-#[ignore]
 fn debug_matrix_errors() {
     let mut worst: f64 = 0.0;
     let mut out = String::new();
