@@ -7,7 +7,8 @@ use super::{Compute, api, get, mono_ns, now_unix_s, sleep_until};
 use crate::ffi::*;
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
-use vgpu_core::limiter::cost::{Prediction, Sig};
+use vgpu_core::limiter::cost::{self, Prediction, Sig};
+use vgpu_core::limiter::words::Words;
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
@@ -78,7 +79,9 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
             let mut ctl = dev.ctl.lock();
             (ctl.model.predict(sig, now), ctl.corr.k())
         };
-        if pred.wait_for_first {
+        // One launch of unknown cost in flight per container, too (`cost::claim_first`).
+        let gated = pred.unknown && !take_first_gate(c, d, now);
+        if pred.wait_for_first || gated {
             if first_wait_until == 0 {
                 first_wait_until = now + FIRST_SAMPLE_WAIT_NS;
             }
@@ -144,8 +147,38 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
     Some(Ticket { d, sig, pred, charged, params, sample, idle_rec_ns, launch_ns: mono_ns() })
 }
 
+/// Takes the container's first-sample gate for a launch of unknown cost (or holds it already);
+/// false: another process's launch of unknown cost is in flight.
+fn take_first_gate(c: &Compute, d: usize, now: u64) -> bool {
+    let mut ctl = c.devs[d].ctl.lock();
+    if ctl.model.holds_gate() {
+        return true;
+    }
+    match cost::claim_first(Words(c.bucket_state(d)).first_gate(), now) {
+        Some(token) => {
+            ctl.model.hold_gate(token);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Frees the container's first-sample gate once this process's launches of unknown cost are
+/// measured (or were not measured after all).
+pub fn release_first_gate(c: &Compute, d: usize) {
+    if let Some(token) = c.devs[d].ctl.lock().model.gate_to_release() {
+        cost::release_first(Words(c.bucket_state(d)).first_gate(), token);
+    }
+}
+
 fn after_inner(t: Ticket, r: CUresult) {
     let c = get();
+    let d = t.d;
+    after_launch(c, t, r);
+    release_first_gate(c, d);
+}
+
+fn after_launch(c: &Compute, t: Ticket, r: CUresult) {
     let dev = &c.devs[t.d];
     if r != CUDA_SUCCESS {
         // The launch did not happen: refund it and take it out of its account.

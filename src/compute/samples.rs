@@ -157,8 +157,12 @@ pub fn poll(c: &Compute) -> bool {
                     Bucket::attach(c.bucket_state(p.d), params).reprice((delta as f64 * k) as i64);
                 }
             }
-            None => ctl.model.sample_failed(p.sig),
+            None => {
+                ctl.model.sample_failed(p.sig);
+                drop(ctl);
+            }
         }
+        super::gate::release_first_gate(c, p.d);
     }
     let mut s = c.samples.lock();
     for (p, ns) in done {

@@ -25,9 +25,15 @@
 //!   it, and of any other such signature, are asked to wait for that sample
 //!   ([`Prediction::wait_for_first`]): at most one launch of unknown cost is in flight per process,
 //!   which bounds how much unmeasured work can be queued (four processes starting together would
-//!   otherwise fill the device with work charged at a 100 µs guess).
+//!   otherwise fill the device with work charged at a 100 µs guess). The same holds per
+//!   *container* ([`claim_first`], a word shared by its processes): its processes' first samples
+//!   are taken one after the other, so they do not queue behind each other (on a FIFO device the
+//!   n-th of n first samples measured n kernels), and a newcomer beside a burster takes its later
+//!   first samples after the burster has yielded, not behind its queue.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
 
 /// Samples kept per signature.
 pub const RING: usize = 32;
@@ -60,6 +66,27 @@ pub const MAX_SAMPLE_NS: u64 = 10_000_000_000;
 /// Entries kept; beyond it, entries unused for [`EVICT_AGE_NS`] are dropped.
 pub const MAX_ENTRIES: usize = 4096;
 pub const EVICT_AGE_NS: u64 = 10_000_000_000;
+/// A claim of the container's first-sample gate lapses after this (a holder that died or whose
+/// kernel runs long does not hold the others' first launches for longer).
+pub const FIRST_GATE_HOLD_NS: u64 = 500_000_000;
+
+/// Claims the container's first-sample gate (`gate`: a word shared by its processes holding the
+/// current holder's deadline, 0 = free) for a launch of unknown cost at `now`. `Some(token)`: ours
+/// (release it with [`release_first`] when the sample is in); `None`: another process's unknown
+/// launch is in flight, wait for it (as for [`Prediction::wait_for_first`]).
+pub fn claim_first(gate: &AtomicU64, now: u64) -> Option<u64> {
+    let cur = gate.load(Acquire);
+    if cur != 0 && cur > now && cur <= now.saturating_add(FIRST_GATE_HOLD_NS) {
+        return None;
+    }
+    let token = now.saturating_add(FIRST_GATE_HOLD_NS).max(1);
+    gate.compare_exchange(cur, token, AcqRel, Acquire).ok().map(|_| token)
+}
+
+/// Frees the gate if `token` still holds it.
+pub fn release_first(gate: &AtomicU64, token: u64) {
+    let _ = gate.compare_exchange(token, 0, AcqRel, Acquire);
+}
 
 pub const KIND_KERNEL: u8 = 0;
 pub const KIND_GRAPH: u8 = 1;
@@ -201,6 +228,9 @@ pub struct Prediction {
     /// The first sample of this signature is still in flight and there is no basis for a guess:
     /// the caller should wait (bounded) for it before launching more of this signature.
     pub wait_for_first: bool,
+    /// No estimate and no basis for the guess: this launch would take the signature's first
+    /// sample, so the container's first-sample gate applies ([`claim_first`]).
+    pub unknown: bool,
 }
 
 /// Per-process cost model.
@@ -213,6 +243,8 @@ pub struct CostModel {
     last_sample_start: u64,
     /// Signatures whose first sample is in flight with no basis for their guess.
     unknown_in_flight: u32,
+    /// Token of the container's first-sample gate while this process holds it (0 = not).
+    gate_token: u64,
 }
 
 impl Default for CostModel {
@@ -223,7 +255,7 @@ impl Default for CostModel {
 
 impl CostModel {
     pub fn new() -> CostModel {
-        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0, unknown_in_flight: 0 }
+        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0, unknown_in_flight: 0, gate_token: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -280,13 +312,13 @@ impl CostModel {
                 } else {
                     gap_ok && now.saturating_sub(e.last_sample_at) >= SAMPLE_INTERVAL_NS
                 };
-                Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false }
+                Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false, unknown: false }
             }
             None => {
                 // At most one launch of unknown cost in flight per process: a second unknown
                 // signature also waits for the first one's sample.
                 let wait = !based && (e.pending || (self.unknown_in_flight > 0 && !e.first_pending));
-                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait }
+                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait, unknown: !based && !wait && !e.pending }
             }
         }
     }
@@ -321,6 +353,25 @@ impl CostModel {
         }
         e.idle_defers += 1;
         true
+    }
+
+    /// This process took the container's first-sample gate (`token` from [`claim_first`]) for
+    /// its unknown launch.
+    pub fn hold_gate(&mut self, token: u64) {
+        self.gate_token = token;
+    }
+
+    pub fn holds_gate(&self) -> bool {
+        self.gate_token != 0
+    }
+
+    /// The gate token to release now: this process holds it and its launches of unknown cost
+    /// have all been measured (or their samples failed), or it holds it without one in flight.
+    pub fn gate_to_release(&mut self) -> Option<u64> {
+        if self.gate_token != 0 && self.unknown_in_flight == 0 {
+            return Some(std::mem::take(&mut self.gate_token));
+        }
+        None
     }
 
     /// The timing events of a sample for `sig` were recorded.
@@ -498,6 +549,39 @@ mod tests {
         assert!(m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 300 * US).wait_for_first);
         m.sample_failed(b);
         assert!(!m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 400 * US).wait_for_first);
+    }
+
+    #[test]
+    fn one_unknown_launch_in_flight_per_container() {
+        let gate = AtomicU64::new(0);
+        // Process 1 takes the gate for its first (unknown) launch; process 2 must wait.
+        let (mut m1, mut m2) = (CostModel::new(), CostModel::new());
+        let p1 = m1.predict(k(50), MS);
+        assert!(p1.unknown && !p1.wait_for_first);
+        let t1 = claim_first(&gate, MS).unwrap();
+        m1.hold_gate(t1);
+        assert!(m2.predict(k(50), MS).unknown);
+        assert_eq!(claim_first(&gate, MS + 1), None);
+        // Admitted and measured: released only once its sample is in.
+        m1.admitted(k(50), &p1);
+        m1.sample_started(k(50), MS);
+        assert_eq!(m1.gate_to_release(), None);
+        m1.sample_done(k(50), 50 * US, 2 * MS);
+        assert_eq!(m1.gate_to_release(), Some(t1));
+        assert_eq!(m1.gate_to_release(), None);
+        release_first(&gate, t1);
+        // A known signature is not gated; process 2 gets the gate now.
+        assert!(!m1.predict(k(50), 3 * MS).unknown);
+        let t2 = claim_first(&gate, 3 * MS).unwrap();
+        // A holder that never releases (died) stops holding after FIRST_GATE_HOLD_NS; a stale
+        // token does not free a newer claim.
+        assert_eq!(claim_first(&gate, 3 * MS + FIRST_GATE_HOLD_NS - 1), None);
+        let t3 = claim_first(&gate, 3 * MS + FIRST_GATE_HOLD_NS).unwrap();
+        release_first(&gate, t2);
+        assert_eq!(gate.load(Acquire), t3);
+        // A deadline far in the future (clock went backwards, garbage) does not block either.
+        gate.store(u64::MAX, std::sync::atomic::Ordering::Release);
+        assert!(claim_first(&gate, 5 * MS).is_some());
     }
 
     #[test]

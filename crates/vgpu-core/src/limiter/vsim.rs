@@ -11,7 +11,7 @@ use super::bucket::{Admission, Bucket, Params};
 use super::burst::{self, Limits, Observation};
 use super::words::Words;
 use super::correction::Correction;
-use super::cost::{CostModel, Sig};
+use super::cost::{self, CostModel, Sig};
 use super::words::new_state;
 use crate::region::DeviceLimiterState;
 use std::cmp::Reverse;
@@ -211,6 +211,10 @@ pub fn run(sc: &Scenario) -> Outcome {
             let polled = at + (2 * MS - (at + p.poll_phase) % (2 * MS));
             if polled <= now {
                 let delta = p.model.sample_done(sig, measured, now);
+                if ci == 1 && std::env::var("VSIM_TRACE_B").is_ok() {
+                    let bal = params_of(ci).map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
+                    println!("t={:.3} p{pi} sample sig={} measured={:.2}ms est={:?} delta={:.2}ms bal={:.2}ms", (now - t0) as f64 / 1e9, sig.grid[0], measured as f64 / 1e6, p.model.estimate(&sig), delta as f64 / 1e6, bal as f64 / 1e6);
+                }
                 if let Some(prm) = params_of(ci) {
                     let k = p.corr.k();
                     Bucket::attach(&states[ci], prm).reprice((delta as f64 * k) as i64);
@@ -220,6 +224,9 @@ pub fn run(sc: &Scenario) -> Outcome {
             } else {
                 i += 1;
             }
+        }
+        if let Some(tok) = p.model.gate_to_release() {
+            cost::release_first(Words(&states[ci]).first_gate(), tok);
         }
         // Next kernel of the app (or the one held by back-pressure).
         let (sig, dur, sample) = if let Some(h) = p.held.take() {
@@ -240,7 +247,17 @@ pub fn run(sc: &Scenario) -> Outcome {
             let mut sample = false;
             if let Some(prm) = params_of(ci) {
                 let pred = p.model.predict(sig, now);
-                if pred.wait_for_first {
+                // The container's first-sample gate (the shim's `gate.rs` does the same).
+                let gated = pred.unknown
+                    && !p.model.holds_gate()
+                    && match cost::claim_first(Words(&states[ci]).first_gate(), now) {
+                        Some(tok) => {
+                            p.model.hold_gate(tok);
+                            false
+                        }
+                        None => true,
+                    };
+                if pred.wait_for_first || gated {
                     // Wait for the first sample of this signature (polled).
                     q.push(Reverse((now + 2 * MS, seq, pi)));
                     seq += 1;
@@ -511,13 +528,49 @@ fn burst_yields_to_a_newcomer() {
         for np in [1, 4] {
             let o = burst_run(&[(30, 100, np), (50, 0, np)], w, true, vec![0, 2 * S], 4, 15);
             let b = window(&o, 1, 2 * S);
-            // Target ≥ 45. Long kernels × 4 processes: the newcomer's first timing samples are
-            // inflated by the burster's queued work (FIFO device) and its own estimator puts it
-            // in debt for a few hundred ms; the yield itself happens (the burster is < 60 %).
-            let min = if np == 4 && !matches!(w, Work::Fixed(50_000)) { 15.0 } else { 45.0 };
-            assert!(b >= min && window(&o, 0, 2 * S) < 65.0, "{w:?} np {np}: B {b:.1} A {:.1}", window(&o, 0, 2 * S));
+            // Target ≥ 45 (the container's first samples are taken one after the other:
+            // `cost::claim_first`; without that, long kernels × 4 processes gave 21-42).
+            assert!(b >= 45.0 && window(&o, 0, 2 * S) < 65.0, "{w:?} np {np}: B {b:.1} A {:.1}", window(&o, 0, 2 * S));
             // In the second second B has its guarantee.
             assert!(window(&o, 1, 3 * S) >= 45.0, "{w:?} np {np}: B second window {:.1}", window(&o, 1, 3 * S));
         }
     }
+}
+
+#[test]
+#[ignore]
+fn debug_newcomer() {
+    let w = WORKS[std::env::var("W").ok().and_then(|v| v.parse().ok()).unwrap_or(1)];
+    let np: usize = std::env::var("NP").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let seed: u64 = std::env::var("SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(15);
+    let o = burst_run(&[(30, 100, np), (50, 0, np)], w, true, vec![0, 2 * S], 4, seed);
+    println!("B first {:.1} second {:.1} A {:.1}", window(&o, 1, 2 * S), window(&o, 1, 3 * S), window(&o, 0, 2 * S));
+    println!("  A {:?}", &o.series[0][18..32].iter().map(|v| v.round()).collect::<Vec<_>>());
+    println!("  B {:?}", &o.series[1][18..32].iter().map(|v| v.round()).collect::<Vec<_>>());
+}
+
+#[test]
+#[ignore]
+fn debug_matrix_errors() {
+    let mut worst: f64 = 0.0;
+    let mut out = String::new();
+    for nvml in [true, false] {
+        for np in [1, 4] {
+            for limit in [10, 25, 50, 75, 90] {
+                for w in WORKS {
+                    let o = run(&scenario(vec![(limit, np, w)], nvml, limit * 31 + np as u64));
+                    let e = o.share[0] - limit as f64;
+                    worst = worst.max(e.abs());
+                    out += &format!("{e:+.2} ");
+                }
+            }
+        }
+    }
+    for w in WORKS {
+        for nvml in [true, false] {
+            let o = run(&scenario(vec![(30, 2, w), (60, 2, w)], nvml, 99));
+            out += &format!("[{:.2} {:.2}] ", o.share[0], o.share[1]);
+        }
+    }
+    println!("worst {worst:.2}\n{out}");
 }

@@ -20,6 +20,7 @@
 //! | 11 | `sensor` | [`SENSOR_NONE`], [`SENSOR_SELF`], [`SENSOR_NVML`] |
 //! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
 //! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
+//! | 14 | `first_gate` | CLOCK_MONOTONIC deadline of the process whose launch of unknown cost is in flight (0 = none; [`super::cost::claim_first`]) |
 //! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
 //! | 20 | `burst_signals` | burst controller: smoothed others' share, newcomer hold, device busy (3 × 21 bits) |
 //! | 21 | `burst_stamp_us` | burst controller: wall µs of its last step (CAS = leadership) |
@@ -77,6 +78,11 @@ impl<'a> Words<'a> {
     word!(burst_stamp_us);
     word!(burst_rate_ppm);
     word!(sm_ceiling);
+    /// Word 14 (the first of the block's reserved words).
+    #[inline]
+    pub fn first_gate(&self) -> &'a AtomicU64 {
+        &self.0.reserved[0]
+    }
 }
 
 /// A zeroed state, for tests and for callers without a region (process-local fallback).
