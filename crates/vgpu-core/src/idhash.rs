@@ -1,6 +1,6 @@
 //! A cheap hasher for integer handles (device pointers, VMM handles, context handles): one folded
 //! 64×64→128 multiply instead of SipHash. The keys come from the driver, not from untrusted input,
-//! so HashDoS resistance buys nothing on the allocation hot path (issue 8: SipHash was ~40 % of the
+//! so HashDoS resistance buys nothing on the allocation hot path (SipHash was ~40 % of the
 //! shim's own instructions per alloc+free pair). Driver addresses are granule-aligned (low 21 bits
 //! zero): the fold mixes the high half of the product into the low bits the table indexes by.
 
