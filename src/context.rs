@@ -60,9 +60,7 @@ fn drop_primary(dev: CUdevice, all: bool) {
     let prev = if all {
         st.primary_refs[d].swap(0, Ordering::AcqRel)
     } else {
-        st.primary_refs[d]
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v > 0).then(|| v - 1))
-            .unwrap_or(0)
+        st.primary_refs[d].fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v > 0).then(|| v - 1)).unwrap_or(0)
     };
     if prev > 0 && (all || prev == 1) {
         uncharge_context(dev, st.primary_bytes[d].swap(0, Ordering::AcqRel));

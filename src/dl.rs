@@ -23,11 +23,8 @@ pub fn real_dlsym_ptr() -> usize {
     if cur != 0 {
         return cur;
     }
-    let versions: &[&CStr] = if cfg!(target_arch = "aarch64") {
-        &[c"GLIBC_2.34", c"GLIBC_2.17"]
-    } else {
-        &[c"GLIBC_2.34", c"GLIBC_2.2.5"]
-    };
+    let versions: &[&CStr] =
+        if cfg!(target_arch = "aarch64") { &[c"GLIBC_2.34", c"GLIBC_2.17"] } else { &[c"GLIBC_2.34", c"GLIBC_2.2.5"] };
     for v in versions {
         let p = unsafe { dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
         if !p.is_null() {
@@ -188,7 +185,6 @@ impl RealLib {
             None => std::ptr::null_mut(),
         }
     }
-
 }
 
 fn last_dl_error() -> String {

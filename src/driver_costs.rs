@@ -9,13 +9,13 @@
 use crate::ffi::*;
 use crate::hooks::cuda::{pfn, real};
 use crate::{driver, state, truth};
-use vgpu_core::sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vgpu_core::ledger::{Reservation, ReserveError};
 use vgpu_core::reconcile;
 use vgpu_core::region::{MAX_DEVICES, UsageKind};
+use vgpu_core::sync::Mutex;
 
 /// Region device of the current context (modules), or device 0 (context-independent libraries
 /// load onto the current device when there is one).
@@ -31,12 +31,20 @@ fn current_ctx() -> u64 {
 
 fn module_loaded(what: &str, pm: *mut CUmodule, op: impl FnOnce() -> CUresult) -> CUresult {
     let Some(d) = region_dev().filter(|_| !pm.is_null()) else { return op() };
-    truth::measured(d, UsageKind::Module, current_ctx(), what, op, || unsafe { *pm } as u64, |k| {
-        if let Some(unload) = real::cuModuleUnload() {
-            unsafe { unload(k as CUmodule) };
-        }
-        unsafe { *pm = std::ptr::null_mut() };
-    })
+    truth::measured(
+        d,
+        UsageKind::Module,
+        current_ctx(),
+        what,
+        op,
+        || unsafe { *pm } as u64,
+        |k| {
+            if let Some(unload) = real::cuModuleUnload() {
+                unsafe { unload(k as CUmodule) };
+            }
+            unsafe { *pm = std::ptr::null_mut() };
+        },
+    )
 }
 
 fn library_loaded(what: &str, pl: *mut CUlibrary, op: impl FnOnce() -> CUresult) -> CUresult {
@@ -44,12 +52,20 @@ fn library_loaded(what: &str, pl: *mut CUlibrary, op: impl FnOnce() -> CUresult)
         return op();
     }
     let d = region_dev().unwrap_or(0);
-    truth::measured(d, UsageKind::Module, 0, what, op, || unsafe { *pl } as u64, |k| {
-        if let Some(unload) = real::cuLibraryUnload() {
-            unsafe { unload(k as CUlibrary) };
-        }
-        unsafe { *pl = std::ptr::null_mut() };
-    })
+    truth::measured(
+        d,
+        UsageKind::Module,
+        0,
+        what,
+        op,
+        || unsafe { *pl } as u64,
+        |k| {
+            if let Some(unload) = real::cuLibraryUnload() {
+                unsafe { unload(k as CUlibrary) };
+            }
+            unsafe { *pl = std::ptr::null_mut() };
+        },
+    )
 }
 
 /// A handle we counted driver memory for is gone.
@@ -79,7 +95,11 @@ pub unsafe fn module_load_data_ex(
     module_loaded("cuModuleLoadDataEx", pm, || unsafe { real(pm, image, n, opts, vals) })
 }
 
-pub unsafe fn module_load_fat_binary(real: pfn::cuModuleLoadFatBinary, pm: *mut CUmodule, fatbin: *const c_void) -> CUresult {
+pub unsafe fn module_load_fat_binary(
+    real: pfn::cuModuleLoadFatBinary,
+    pm: *mut CUmodule,
+    fatbin: *const c_void,
+) -> CUresult {
     module_loaded("cuModuleLoadFatBinary", pm, || unsafe { real(pm, fatbin) })
 }
 
@@ -163,7 +183,11 @@ pub unsafe fn ctx_set_limit(real: pfn::cuCtxSetLimit, limit: CUlimit, value: usi
                     crate::debug!("cuCtxSetLimit({limit}, {value}): counted {up} driver-held bytes on device {d}");
                 }
                 Err(ReserveError::OverLimit(o)) => {
-                    crate::warn!("cuCtxSetLimit({limit}, {value}): the driver holds {up} bytes more for it on device {d}: {} used + {up} > {} limit; undone", o.usage, o.limit);
+                    crate::warn!(
+                        "cuCtxSetLimit({limit}, {value}): the driver holds {up} bytes more for it on device {d}: {} used + {up} > {} limit; undone",
+                        o.usage,
+                        o.limit
+                    );
                     return (CUDA_ERROR_OUT_OF_MEMORY, true);
                 }
                 Err(e) => crate::error!("cuCtxSetLimit: {e}; left to the reconciliation"),
@@ -227,7 +251,12 @@ pub unsafe fn graph_add_mem_alloc_node(
     r
 }
 
-pub unsafe fn graph_instantiate(real: pfn::cuGraphInstantiateWithFlags, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
+pub unsafe fn graph_instantiate(
+    real: pfn::cuGraphInstantiateWithFlags,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> CUresult {
     let r = unsafe { real(exec, graph, flags) };
     if r == CUDA_SUCCESS && !exec.is_null() {
         let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
@@ -253,7 +282,8 @@ pub unsafe fn graph_exec_destroy(real: pfn::cuGraphExecDestroy, exec: CUgraphExe
 fn pool_reserved(o: CUdevice) -> Option<u64> {
     let f = driver::cuDeviceGetGraphMemAttribute()?;
     let mut v: u64 = 0;
-    (unsafe { f(o, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS).then_some(v)
+    (unsafe { f(o, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS)
+        .then_some(v)
 }
 
 /// Bring the graph-pool charge of ordinal `o` to what the driver reports.
@@ -300,7 +330,11 @@ pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUres
     match r {
         Ok(res) => Ok(Some(PoolGrowth { ordinal: o, res: Some(res) })),
         Err(ReserveError::OverLimit(o)) => {
-            crate::warn!("cuGraphLaunch: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; not launched", o.usage, o.limit);
+            crate::warn!(
+                "cuGraphLaunch: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; not launched",
+                o.usage,
+                o.limit
+            );
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
         Err(e) => {
@@ -369,7 +403,11 @@ pub unsafe fn device_graph_mem_trim(real: pfn::cuDeviceGraphMemTrim, dev: CUdevi
 /// Pools the application created (pool → CUDA ordinal): their unused reserve is explained memory.
 static POOLS: Mutex<Vec<(u64, CUdevice)>> = Mutex::new(Vec::new());
 
-pub unsafe fn mem_pool_create(real: pfn::cuMemPoolCreate, pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
+pub unsafe fn mem_pool_create(
+    real: pfn::cuMemPoolCreate,
+    pool: *mut CUmemoryPool,
+    props: *const CUmemPoolProps,
+) -> CUresult {
     let r = unsafe { real(pool, props) };
     if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
         let p = unsafe { &*props };
@@ -415,7 +453,10 @@ pub fn pool_slack(d: usize) -> u64 {
         .into_iter()
         .filter_map(|p| {
             let p = p as CUmemoryPool;
-            Some(pool_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?.saturating_sub(pool_attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?))
+            Some(
+                pool_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?
+                    .saturating_sub(pool_attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?),
+            )
         })
         .sum()
 }

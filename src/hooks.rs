@@ -80,7 +80,6 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
     table.iter().copied().find(|h| h.name.to_bytes() == name)
 }
 
-
 // SAFETY (both arms): `$real` is the real function of the export's own symbol and the arguments
 // are the export's, unchanged: the contract of the module's `# Safety` section.
 macro_rules! call_impl {

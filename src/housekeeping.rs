@@ -54,7 +54,9 @@ pub fn start(st: &'static State) {
     });
     if let Err(e) = r {
         STARTED_BY.store(0, Ordering::Release);
-        crate::warn!("cannot start the housekeeping thread ({e}): dead processes' memory is reclaimed only when an allocation would be refused");
+        crate::warn!(
+            "cannot start the housekeeping thread ({e}): dead processes' memory is reclaimed only when an allocation would be refused"
+        );
     }
 }
 
@@ -90,7 +92,11 @@ fn keep_own_seat(st: &State, region: &vgpu_core::regionfile::Region) {
     if s.pid.load(Ordering::Relaxed) == st.pid && s.status.load(Ordering::Relaxed) != 0 {
         return;
     }
-    crate::once!(error, "our slot {k} in {} was taken by another writer; re-attaching (usage counted before is lost)", region.path().display());
+    crate::once!(
+        error,
+        "our slot {k} in {} was taken by another writer; re-attaching (usage counted before is lost)",
+        region.path().display()
+    );
     if slots::attach(region, st.pid).is_ok() {
         st.ledger.set_has_slot(true);
     } else {

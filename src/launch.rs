@@ -17,8 +17,18 @@ use vgpu_core::limiter::cost::Sig;
 macro_rules! launch_fn {
     ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(
-            real: pfn::$pfn, f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint,
-            bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void,
+            real: pfn::$pfn,
+            f: CUfunction,
+            gx: c_uint,
+            gy: c_uint,
+            gz: c_uint,
+            bx: c_uint,
+            by: c_uint,
+            bz: c_uint,
+            shmem: c_uint,
+            stream: CUstream,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
         ) -> CUresult {
             if compute::fast() {
                 return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) };
@@ -36,8 +46,17 @@ launch_fn!(launch_kernel_ptsz, cuLaunchKernel_ptsz, true);
 macro_rules! coop_fn {
     ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(
-            real: pfn::$pfn, f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint,
-            bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void,
+            real: pfn::$pfn,
+            f: CUfunction,
+            gx: c_uint,
+            gy: c_uint,
+            gz: c_uint,
+            bx: c_uint,
+            by: c_uint,
+            bz: c_uint,
+            shmem: c_uint,
+            stream: CUstream,
+            params: *mut *mut c_void,
         ) -> CUresult {
             if compute::fast() {
                 return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) };
@@ -58,12 +77,26 @@ fn ex_sig(cfg: *const CUlaunchConfig, f: CUfunction) -> Option<(Sig, CUstream)> 
         return None;
     }
     let c = unsafe { &*cfg };
-    Some((Sig::kernel(f as u64, [c.gridDimX, c.gridDimY, c.gridDimZ], [c.blockDimX, c.blockDimY, c.blockDimZ], c.sharedMemBytes), c.hStream))
+    Some((
+        Sig::kernel(
+            f as u64,
+            [c.gridDimX, c.gridDimY, c.gridDimZ],
+            [c.blockDimX, c.blockDimY, c.blockDimZ],
+            c.sharedMemBytes,
+        ),
+        c.hStream,
+    ))
 }
 
 macro_rules! ex_fn {
     ($fname:ident, $pfn:ident, $ptsz:expr) => {
-        pub unsafe fn $fname(real: pfn::$pfn, cfg: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
+        pub unsafe fn $fname(
+            real: pfn::$pfn,
+            cfg: *const CUlaunchConfig,
+            f: CUfunction,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> CUresult {
             if compute::fast() {
                 return unsafe { real(cfg, f, params, extra) };
             }
@@ -77,7 +110,12 @@ macro_rules! ex_fn {
 ex_fn!(launch_kernel_ex, cuLaunchKernelEx, false);
 ex_fn!(launch_kernel_ex_ptsz, cuLaunchKernelEx_ptsz, true);
 
-pub unsafe fn launch_cooperative_multi(real: pfn::cuLaunchCooperativeKernelMultiDevice, list: *mut CUDA_LAUNCH_PARAMS, n: c_uint, flags: c_uint) -> CUresult {
+pub unsafe fn launch_cooperative_multi(
+    real: pfn::cuLaunchCooperativeKernelMultiDevice,
+    list: *mut CUDA_LAUNCH_PARAMS,
+    n: c_uint,
+    flags: c_uint,
+) -> CUresult {
     if compute::fast() {
         return unsafe { real(list, n, flags) };
     }

@@ -46,7 +46,11 @@ fn counted(
     let reservation = match reserved {
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
-            crate::warn!("{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit", o.usage, o.limit);
+            crate::warn!(
+                "{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit",
+                o.usage,
+                o.limit
+            );
             vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -158,7 +162,8 @@ pub unsafe fn mem_alloc_pitch(
     elem: c_uint,
 ) -> CUresult {
     let st = state::get();
-    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || pitch.is_null() || width == 0 || height == 0) else {
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || pitch.is_null() || width == 0 || height == 0)
+    else {
         return unsafe { real(dptr, pitch, width, height, elem) };
     };
     // Reserve a pessimistic estimate (pitch alignment is at most 512 bytes on current GPUs), then
@@ -185,7 +190,12 @@ pub unsafe fn mem_alloc_pitch(
     r
 }
 
-pub unsafe fn mem_alloc_managed(real: pfn::cuMemAllocManaged, dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult {
+pub unsafe fn mem_alloc_managed(
+    real: pfn::cuMemAllocManaged,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    flags: c_uint,
+) -> CUresult {
     let st = state::get();
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size, flags) };
@@ -207,7 +217,12 @@ pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
 
 // ---- stream-ordered allocations ----
 
-pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult {
+pub unsafe fn mem_alloc_async(
+    real: pfn::cuMemAllocAsync,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
     let st = state::get();
     let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
         return unsafe { real(dptr, size, stream) };
@@ -399,7 +414,11 @@ pub unsafe fn array_create(real: pfn::cuArrayCreate_v2, h: *mut CUarray, d: *con
     count_array(state::get(), bytes, "cuArrayCreate", alloc).unwrap_or_else(|| unsafe { real(h, d) })
 }
 
-pub unsafe fn array3d_create(real: pfn::cuArray3DCreate_v2, h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
+pub unsafe fn array3d_create(
+    real: pfn::cuArray3DCreate_v2,
+    h: *mut CUarray,
+    d: *const CUDA_ARRAY3D_DESCRIPTOR,
+) -> CUresult {
     if h.is_null() || d.is_null() {
         return unsafe { real(h, d) };
     }
@@ -461,10 +480,7 @@ fn nvml_own_usage(st: &State, dev: usize) -> Option<u64> {
 
 /// Our PID as NVML reports it: the slot's host PID once known, else our own.
 pub fn host_pid(st: &State) -> i32 {
-    st.region
-        .and_then(|r| slots::hostpid(r, st.pid))
-        .filter(|&h| h > 0)
-        .unwrap_or(st.pid)
+    st.region.and_then(|r| slots::hostpid(r, st.pid)).filter(|&h| h > 0).unwrap_or(st.pid)
 }
 
 /// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this

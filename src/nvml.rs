@@ -49,7 +49,11 @@ fn limit_and_usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
     Some((st.memory_limit(dev), st.ledger.usage(dev)))
 }
 
-pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, device: nvmlDevice_t, m: *mut nvmlMemory_t) -> nvmlReturn_t {
+pub unsafe fn memory_info(
+    real: pfn::nvmlDeviceGetMemoryInfo,
+    device: nvmlDevice_t,
+    m: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
     let r = unsafe { real(device, m) };
     if r != NVML_SUCCESS || m.is_null() {
         return r;
@@ -62,7 +66,11 @@ pub unsafe fn memory_info(real: pfn::nvmlDeviceGetMemoryInfo, device: nvmlDevice
     r
 }
 
-pub unsafe fn memory_info_v2(real: pfn::nvmlDeviceGetMemoryInfo_v2, device: nvmlDevice_t, m: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+pub unsafe fn memory_info_v2(
+    real: pfn::nvmlDeviceGetMemoryInfo_v2,
+    device: nvmlDevice_t,
+    m: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
     let r = unsafe { real(device, m) };
     if r != NVML_SUCCESS || m.is_null() {
         return r;
@@ -92,7 +100,12 @@ fn container_processes(st: &State, dev: usize) -> Option<Vec<(u32, u64)>> {
 /// # Safety
 /// `count` is non-null and valid; `infos` is null or, as NVML's API requires of the caller, an
 /// array of at least `*count` (on entry) writable entries.
-unsafe fn fill<T>(count: *mut c_uint, infos: *mut T, procs: &[(u32, u64)], make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {
+unsafe fn fill<T>(
+    count: *mut c_uint,
+    infos: *mut T,
+    procs: &[(u32, u64)],
+    make: impl Fn(u32, u64) -> T,
+) -> nvmlReturn_t {
     // SAFETY: `count` is valid (function contract).
     let cap = unsafe { *count } as usize;
     // SAFETY: as above.
@@ -145,7 +158,13 @@ pub unsafe fn running_processes_v1(
     infos: *mut nvmlProcessInfo_v1_t,
 ) -> nvmlReturn_t {
     unsafe {
-        running(device, count, infos, || real(device, count, infos), |pid, used| nvmlProcessInfo_v1_t { pid, usedGpuMemory: used })
+        running(
+            device,
+            count,
+            infos,
+            || real(device, count, infos),
+            |pid, used| nvmlProcessInfo_v1_t { pid, usedGpuMemory: used },
+        )
     }
 }
 

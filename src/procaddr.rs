@@ -55,7 +55,9 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64) {
         // SAFETY: non-null, NUL-terminated (the contract of `cuGetProcAddress`'s `symbol`).
         let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
         if hooks::CUDA_HOOKS.iter().any(|h| base_name(h.name.to_bytes()) == name.as_bytes()) {
-            crate::warn!("cuGetProcAddress({name}, flags={flags}) returned an address libvgpu does not know; calls through it are not governed");
+            crate::warn!(
+                "cuGetProcAddress({name}, flags={flags}) returned an address libvgpu does not know; calls through it are not governed"
+            );
         }
     }
 }
@@ -109,4 +111,3 @@ pub unsafe fn get_proc_address_v2(
     }
     r
 }
-

@@ -171,7 +171,10 @@ pub fn region_tick() {
     use vgpu_core::regionplace::Published;
     let Some(r) = try_get().and_then(|s| s.region) else { return };
     match r.republish() {
-        Published::Relinked => crate::warn!("region file {} had been deleted: linked it back (same region, no usage lost)", r.path().display()),
+        Published::Relinked => crate::warn!(
+            "region file {} had been deleted: linked it back (same region, no usage lost)",
+            r.path().display()
+        ),
         Published::Copied => crate::error!(
             "region file {} was deleted with every link to it: published a copy (this container's usage as of now) so that processes started from now on still count it; \
              later changes are not shared between this process and them, so the container limit is split",
@@ -238,7 +241,9 @@ impl State {
         let cuda = devices::cuda_uuids();
         let Some(cuda) = cuda else {
             // Driver not initialised yet: answer with the fallback without caching it.
-            return self.fallback_devices.get_or_init(|| devices::build(None, None, self.config.visible_devices.as_deref()));
+            return self
+                .fallback_devices
+                .get_or_init(|| devices::build(None, None, self.config.visible_devices.as_deref()));
         };
         let nvml = devices::nvml_uuids();
         let map = devices::build(Some(&cuda), nvml.as_deref(), self.config.visible_devices.as_deref());

@@ -11,13 +11,13 @@
 //! it; the refusal path waits at most [`REFUSAL_WAIT`].
 
 use crate::{compute, driver, state};
-use vgpu_core::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_core::hostpid::{MemCorrelator, Sample};
 use vgpu_core::ledger::ReserveError;
 use vgpu_core::reconcile::{self, NoTruth, Reading, Step};
 use vgpu_core::region::{MAX_DEVICES, UsageKind};
+use vgpu_core::sync::Mutex;
 
 const EVERY_NS: u64 = 250_000_000;
 /// `usedGpuMemory` when NVML has no per-process figure (`NVML_VALUE_NOT_AVAILABLE`).
@@ -137,8 +137,12 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
 /// (Walks the allocation tables: O(allocations), every 250 ms at most.)
 fn allowance(d: usize) -> u64 {
     let st = state::get();
-    let round = |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
-    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(crate::driver_costs::pool_slack(d))
+    let round =
+        |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
+    st.allocs
+        .sum_on(d, round)
+        .saturating_add(st.handles.sum_on(d, round))
+        .saturating_add(crate::driver_costs::pool_slack(d))
 }
 
 /// (truth, counted) of region device `d` now, if measurable.
@@ -160,7 +164,10 @@ fn note_no_truth(d: usize, why: NoTruth) {
             info,
             "driver-held memory: {why} yet on device {d}; the limit applies to what was counted until it is"
         ),
-        _ => crate::once!(info, "driver-held memory is not reconciled on device {d}: {why}; the limit applies to what was counted"),
+        _ => crate::once!(
+            info,
+            "driver-held memory is not reconciled on device {d}: {why}; the limit applies to what was counted"
+        ),
     }
 }
 
@@ -304,7 +311,11 @@ pub fn measured(
         let res = match st.ledger.reserve(d, cost, kind, limit) {
             Ok(res) => res,
             Err(ReserveError::OverLimit(o)) => {
-                crate::warn!("{what}: the driver holds {cost} bytes for it on device {d}: {} used + {cost} > {} limit; undone", o.usage, o.limit);
+                crate::warn!(
+                    "{what}: the driver holds {cost} bytes for it on device {d}: {} used + {cost} > {} limit; undone",
+                    o.usage,
+                    o.limit
+                );
                 undo_key = Some(k);
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }

@@ -80,8 +80,9 @@ impl Row {
         match self.kind.as_str() {
             "ctype" => 1,
             "func" => 0,
-            _ => parse_int(&self.value)
-                .unwrap_or_else(|| panic!("table.rs:{}: bad number {:?}", self.line, self.value)),
+            _ => {
+                parse_int(&self.value).unwrap_or_else(|| panic!("table.rs:{}: bad number {:?}", self.line, self.value))
+            }
         }
     }
     fn c_expr(&self) -> String {
@@ -95,21 +96,14 @@ impl Row {
                 let (ty, field) = n.split_once('.').expect("offset row needs Type.field");
                 format!("(long long)offsetof({ty}, {field})")
             }
-            "ctype" => format!(
-                "(long long)__builtin_types_compatible_p({n}, {})",
-                self.value
-            ),
+            "ctype" => format!("(long long)__builtin_types_compatible_p({n}, {})", self.value),
             k => panic!("no C expression for {k}"),
         }
     }
 }
 
 fn parse_int(s: &str) -> Option<i128> {
-    let s = s
-        .trim()
-        .trim_start_matches('(')
-        .trim_end_matches(')')
-        .trim();
+    let s = s.trim().trim_start_matches('(').trim_end_matches(')').trim();
     let (neg, s) = match s.strip_prefix('-') {
         Some(r) => (true, r.trim()),
         None => (false, s),
@@ -125,67 +119,35 @@ fn parse_int(s: &str) -> Option<i128> {
 fn table() -> &'static Vec<Row> {
     static T: OnceLock<Vec<Row>> = OnceLock::new();
     T.get_or_init(|| {
-        let text = std::fs::read_to_string(repo().join("tests/abi/table.rs"))
-            .expect("read tests/abi/table.rs");
+        let text = std::fs::read_to_string(repo().join("tests/abi/table.rs")).expect("read tests/abi/table.rs");
         let mut rows = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim();
             let kind = line.split_whitespace().next().unwrap_or("");
-            if !matches!(
-                kind,
-                "value" | "ptr" | "size" | "align" | "offset" | "ctype" | "func"
-            ) {
+            if !matches!(kind, "value" | "ptr" | "size" | "align" | "offset" | "ctype" | "func") {
                 continue;
             }
-            let body = line
-                .strip_suffix(';')
-                .unwrap_or_else(|| panic!("table.rs:{}: row must end with ';'", i + 1));
-            let (lhs, rhs) = body
-                .split_once('=')
-                .unwrap_or_else(|| panic!("table.rs:{}: missing '='", i + 1));
+            let body = line.strip_suffix(';').unwrap_or_else(|| panic!("table.rs:{}: row must end with ';'", i + 1));
+            let (lhs, rhs) = body.split_once('=').unwrap_or_else(|| panic!("table.rs:{}: missing '='", i + 1));
             let mut it = lhs.split_whitespace();
-            let (kind, hdr, name) = (
-                it.next().unwrap(),
-                it.next().unwrap_or(""),
-                it.next().unwrap_or(""),
-            );
+            let (kind, hdr, name) = (it.next().unwrap(), it.next().unwrap_or(""), it.next().unwrap_or(""));
             assert!(
                 it.next().is_none() && matches!(hdr, "cuda" | "nvml") && !name.is_empty(),
                 "table.rs:{}: bad row",
                 i + 1
             );
             let value = rhs.trim().trim_matches('"').to_string();
-            let row = Row {
-                line: i + 1,
-                kind: kind.into(),
-                hdr: hdr.into(),
-                name: name.into(),
-                value,
-            };
-            assert!(
-                seen.insert(row.key()),
-                "table.rs:{}: duplicate row {}",
-                i + 1,
-                row.key()
-            );
+            let row = Row { line: i + 1, kind: kind.into(), hdr: hdr.into(), name: name.into(), value };
+            assert!(seen.insert(row.key()), "table.rs:{}: duplicate row {}", i + 1, row.key());
             if row.kind == "func" {
-                assert_eq!(
-                    row.value,
-                    format!("PFN_{}", row.name),
-                    "table.rs:{}: func rows name PFN_<name>",
-                    i + 1
-                );
+                assert_eq!(row.value, format!("PFN_{}", row.name), "table.rs:{}: func rows name PFN_<name>", i + 1);
             } else if row.kind != "ctype" {
                 row.expected();
             }
             rows.push(row);
         }
-        assert!(
-            rows.len() > 500,
-            "tests/abi/table.rs: only {} rows parsed",
-            rows.len()
-        );
+        assert!(rows.len() > 500, "tests/abi/table.rs: only {} rows parsed", rows.len());
         rows
     })
 }
@@ -195,10 +157,7 @@ fn numeric_rows() -> Vec<&'static Row> {
 }
 
 fn func_rows(hdr: &str) -> Vec<&'static Row> {
-    table()
-        .iter()
-        .filter(|r| r.kind == "func" && r.hdr == hdr)
-        .collect()
+    table().iter().filter(|r| r.kind == "func" && r.hdr == hdr).collect()
 }
 
 include!("abi/parse.rs");
@@ -250,27 +209,13 @@ fn table_covers_our_headers() {
         }
         for r in func_rows(hdr) {
             if !protos.contains(&r.name) {
-                missing.push(format!(
-                    "table.rs:{}: func {} has no prototype in {file}",
-                    r.line, r.name
-                ));
+                missing.push(format!("table.rs:{}: func {} has no prototype in {file}", r.line, r.name));
             }
         }
-        count += it.enumerators.len()
-            + it.defines.len()
-            + it.typedefs.len()
-            + it.fields.len()
-            + it.prototypes.len();
+        count += it.enumerators.len() + it.defines.len() + it.typedefs.len() + it.fields.len() + it.prototypes.len();
     }
-    assert!(
-        missing.is_empty(),
-        "tests/abi/table.rs lacks rows for declarations in include/:\n{}",
-        missing.join("\n")
-    );
-    report(
-        "table covers include/ (enumerators, macros, typedefs, fields, prototypes)",
-        count,
-    );
+    assert!(missing.is_empty(), "tests/abi/table.rs lacks rows for declarations in include/:\n{}", missing.join("\n"));
+    report("table covers include/ (enumerators, macros, typedefs, fields, prototypes)", count);
 }
 
 #[test]
@@ -280,11 +225,7 @@ fn our_headers_match_table() {
     let values = print_values(&dir, OURS_PREAMBLE, &inc, "ours")
         .unwrap_or_else(|e| panic!("our headers: printer does not build:\n{e}"));
     let bad = compare(&values, "include/");
-    assert!(
-        bad.is_empty(),
-        "include/ disagrees with tests/abi/table.rs:\n{}",
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "include/ disagrees with tests/abi/table.rs:\n{}", bad.join("\n"));
     let n = static_assert_tu(&dir, OURS_PREAMBLE, &inc, "ours")
         .unwrap_or_else(|e| panic!("include/: static assertions fail:\n{e}"));
 
@@ -299,29 +240,19 @@ fn our_headers_match_table() {
         ),
     ] {
         std::fs::write(&probe, format!("{defs}{inc_line}")).unwrap();
-        let mut args: Vec<String> = [
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-            "-Wstrict-prototypes",
-            "-fsyntax-only",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> =
+            ["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wstrict-prototypes", "-fsyntax-only"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         args.extend(inc.iter().cloned());
         args.push(probe.display().to_string());
-        compile(&cc(), &args)
-            .unwrap_or_else(|e| panic!("include/ does not compile cleanly as C:\n{e}"));
+        compile(&cc(), &args).unwrap_or_else(|e| panic!("include/ does not compile cleanly as C:\n{e}"));
     }
     let probe_cc = dir.join("probe.cc");
     std::fs::write(&probe_cc, OURS_PREAMBLE).unwrap();
-    let mut args: Vec<String> = ["-Wall", "-Wextra", "-Werror", "-fsyntax-only"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["-Wall", "-Wextra", "-Werror", "-fsyntax-only"].iter().map(|s| s.to_string()).collect();
     args.extend(inc.iter().cloned());
     args.push(probe_cc.display().to_string());
     compile(&cxx(), &args).unwrap_or_else(|e| panic!("include/ does not compile as C++:\n{e}"));
@@ -334,39 +265,25 @@ fn nvidia_headers_match_table() {
     let dir = work_dir("nvidia");
     let inc = includes_nvidia(h);
     let values = print_values(&dir, NVIDIA_PREAMBLE, &inc, "nvidia").unwrap_or_else(|e| {
-        panic!(
-            "a name in tests/abi/table.rs is missing from NVIDIA's headers ({}):\n{e}",
-            h.source
-        )
+        panic!("a name in tests/abi/table.rs is missing from NVIDIA's headers ({}):\n{e}", h.source)
     });
     let bad = compare(&values, "NVIDIA");
-    assert!(
-        bad.is_empty(),
-        "NVIDIA's headers ({}) disagree with tests/abi/table.rs:\n{}",
-        h.source,
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "NVIDIA's headers ({}) disagree with tests/abi/table.rs:\n{}", h.source, bad.join("\n"));
     let n = static_assert_tu(&dir, NVIDIA_PREAMBLE, &inc, "nvidia")
         .unwrap_or_else(|e| panic!("NVIDIA: static assertions fail:\n{e}"));
     report(&format!("NVIDIA headers vs table ({})", h.source), n);
 }
 
-fn redeclaration_tu(
-    dir: &Path,
-    hdr: &str,
-    nvidia_preamble: &str,
-    ours: &str,
-    inc: &[String],
-) -> usize {
+fn redeclaration_tu(dir: &Path, hdr: &str, nvidia_preamble: &str, ours: &str, inc: &[String]) -> usize {
     let funcs = func_rows(hdr);
     let mut src = String::from(nvidia_preamble);
-    src.push_str("\n/* Drop NVIDIA's renaming macros (cuMemAlloc -> cuMemAlloc_v2, ...): names below are symbols. */\n");
+    src.push_str(
+        "\n/* Drop NVIDIA's renaming macros (cuMemAlloc -> cuMemAlloc_v2, ...): names below are symbols. */\n",
+    );
     for f in &funcs {
         let _ = writeln!(src, "#undef {}", f.name);
     }
-    src.push_str(
-        "\n/* NVIDIA declares every function we declare, under that exact (versioned) name. */\n",
-    );
+    src.push_str("\n/* NVIDIA declares every function we declare, under that exact (versioned) name. */\n");
     src.push_str("void vgpu_nvidia_declares(void);\nvoid vgpu_nvidia_declares(void) {\n");
     for f in &funcs {
         let _ = writeln!(src, "    (void)&{};", f.name);
@@ -386,8 +303,7 @@ fn redeclaration_tu(
     let mut args: Vec<String> = C_FLAGS.iter().map(|s| s.to_string()).collect();
     args.extend(inc.iter().cloned());
     args.extend(["-fsyntax-only".into(), c.display().to_string()]);
-    compile(&cc(), &args)
-        .unwrap_or_else(|e| panic!("{ours}: prototypes differ from NVIDIA's declarations:\n{e}"));
+    compile(&cc(), &args).unwrap_or_else(|e| panic!("{ours}: prototypes differ from NVIDIA's declarations:\n{e}"));
     funcs.len()
 }
 
@@ -413,10 +329,7 @@ fn prototypes_match_nvidia() {
         "vgpu_nvml.h",
         &inc,
     );
-    assert!(
-        n_cuda > 50 && n_nvml > 10,
-        "too few functions in the table: {n_cuda} cuda, {n_nvml} nvml"
-    );
+    assert!(n_cuda > 50 && n_nvml > 10, "too few functions in the table: {n_cuda} cuda, {n_nvml} nvml");
 
     // Sanity: the check does catch a wrong parameter list.
     let bad = dir.join("negative.c");
@@ -424,42 +337,24 @@ fn prototypes_match_nvidia() {
     let mut args: Vec<String> = C_FLAGS.iter().map(|s| s.to_string()).collect();
     args.extend(inc.iter().cloned());
     args.extend(["-fsyntax-only".into(), bad.display().to_string()]);
-    assert!(
-        compile(&cc(), &args).is_err(),
-        "a mismatching redeclaration compiled: the prototype check is toothless"
-    );
-    report(
-        &format!("prototypes + PFN typedefs vs NVIDIA ({})", h.source),
-        n_cuda + n_nvml,
-    );
+    assert!(compile(&cc(), &args).is_err(), "a mismatching redeclaration compiled: the prototype check is toothless");
+    report(&format!("prototypes + PFN typedefs vs NVIDIA ({})", h.source), n_cuda + n_nvml);
 }
 
 #[test]
 fn rust_bindings_match_table() {
     let rows = abi_rust_rows();
     let table_rows = table();
-    assert_eq!(
-        rows.len(),
-        table_rows.len(),
-        "macro and text parsers of tests/abi/table.rs disagree"
-    );
+    assert_eq!(rows.len(), table_rows.len(), "macro and text parsers of tests/abi/table.rs disagree");
     let mut bad = Vec::new();
     let mut n = 0;
     for (r, t) in rows.iter().zip(table_rows) {
         assert_eq!(r.key, t.key(), "row order");
-        assert_eq!(
-            r.expected,
-            t.expected(),
-            "{}: macro and text parsers read different numbers",
-            t.key()
-        );
+        assert_eq!(r.expected, t.expected(), "{}: macro and text parsers read different numbers", t.key());
         if let Some(v) = r.rust {
             n += 1;
             if v != r.expected {
-                bad.push(format!(
-                    "table.rs:{}: {}: cuda-types = {v}, table = {}",
-                    t.line, r.key, t.value
-                ));
+                bad.push(format!("table.rs:{}: {}: cuda-types = {v}, table = {}", t.line, r.key, t.value));
             }
         }
     }

@@ -76,7 +76,12 @@ fn run_client(sb: &Sandbox, c: &Ctr, args: &[String], extra: &[(&str, &str)]) ->
 
 /// Busy ns per live pid on device 0 (`simctl procs`).
 fn busy(sb: &Sandbox) -> HashMap<u32, u64> {
-    let o = std::process::Command::new(&artifacts().simctl).arg("--state").arg(sb.state()).arg("procs").output().expect("simctl");
+    let o = std::process::Command::new(&artifacts().simctl)
+        .arg("--state")
+        .arg(sb.state())
+        .arg("procs")
+        .output()
+        .expect("simctl");
     let mut m = HashMap::new();
     for l in String::from_utf8_lossy(&o.stdout).lines().skip(1) {
         let f: Vec<&str> = l.split_whitespace().collect();
@@ -100,7 +105,8 @@ fn read_pid(p: &Path) -> u32 {
 }
 
 fn share(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>, pids: &[u32], dt: u64) -> f64 {
-    let s: u64 = pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
+    let s: u64 =
+        pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
     s as f64 / dt as f64 * 100.0
 }
 
@@ -109,14 +115,25 @@ fn share(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>, pids: &[u32], dt: u64) ->
 fn measure(sb: &Sandbox, ctrs: &[Ctr], work: &[&str], secs: f64, windows: &[(f64, f64)]) -> Vec<Vec<f64>> {
     sb.run(client()).args(["--count", "0"]).go().ok();
     let t0 = mono_ns() + 800_000_000;
-    let pidfs: Vec<Vec<PathBuf>> = ctrs.iter().enumerate().map(|(g, c)| (0..c.procs).map(|i| sb.dir.join(format!("pid{g}_{i}"))).collect()).collect();
+    let pidfs: Vec<Vec<PathBuf>> = ctrs
+        .iter()
+        .enumerate()
+        .map(|(g, c)| (0..c.procs).map(|i| sb.dir.join(format!("pid{g}_{i}"))).collect())
+        .collect();
     std::thread::scope(|s| {
         let mut hs = Vec::new();
         for (g, c) in ctrs.iter().enumerate() {
             for pf in &pidfs[g] {
                 let start = t0 + (c.start * 1e9) as u64;
                 let mut args: Vec<String> = work.iter().map(|s| s.to_string()).collect();
-                args.extend(["--seconds".into(), format!("{}", secs - c.start), "--start-at".into(), start.to_string(), "--pid-file".into(), pf.to_str().unwrap().into()]);
+                args.extend([
+                    "--seconds".into(),
+                    format!("{}", secs - c.start),
+                    "--start-at".into(),
+                    start.to_string(),
+                    "--pid-file".into(),
+                    pf.to_str().unwrap().into(),
+                ]);
                 hs.push(s.spawn(move || run_client(sb, c, &args, &[])));
             }
         }
@@ -210,7 +227,16 @@ impl Map {
         let f = std::fs::OpenOptions::new().read(true).write(true).open(p).expect("open region");
         let len = f.metadata().unwrap().len() as usize;
         assert!(len >= vgpu_core::region::FILE_SIZE);
-        let b = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+        let b = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
         assert_ne!(b, libc::MAP_FAILED);
         Map { base: b as *mut u8, len }
     }
@@ -242,7 +268,10 @@ fn sm_limit_and_ceiling_written_to_the_region_are_followed_live() {
     let c = ctr(&sb, "a", 20, 0, 1);
     sb.run(client()).args(["--count", "0"]).go().ok();
     let pf = sb.dir.join("pid");
-    let args: Vec<String> = ["--kernel-us", "50", "--seconds", "6", "--pid-file", pf.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> = ["--kernel-us", "50", "--seconds", "6", "--pid-file", pf.to_str().unwrap()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     std::thread::scope(|s| {
         let h = s.spawn(|| run_client(&sb, &c, &args, &[]));
         let pid = read_pid(&pf);

@@ -117,7 +117,8 @@ fn read_pid(p: &Path) -> u32 {
 
 /// Share (%) of device time of `pids` between two `busy` snapshots taken `dt_ns` apart.
 fn share(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>, pids: &[u32], dt_ns: u64) -> f64 {
-    let s: u64 = pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
+    let s: u64 =
+        pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
     s as f64 / dt_ns as f64 * 100.0
 }
 
@@ -157,7 +158,16 @@ impl Monitor {
         use std::os::fd::AsRawFd;
         let len = f.metadata().unwrap().len() as usize;
         assert!(len >= vgpu_core::region::FILE_SIZE, "region file too small: {len}");
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
         assert_ne!(p, libc::MAP_FAILED);
         Monitor { base: p as *mut u8, len }
     }
@@ -185,7 +195,13 @@ impl Monitor {
         (0..n)
             .map(|k| off::PROCS + k * off::SLOT)
             .filter(|&b| self.i32(b + off::S_STATUS).load(Ordering::SeqCst) != 0)
-            .map(|b| (self.i32(b + off::S_PID).load(Ordering::SeqCst), self.i32(b + off::S_HOSTPID).load(Ordering::SeqCst), self.u64(b + off::S_SM_UTIL0).load(Ordering::SeqCst)))
+            .map(|b| {
+                (
+                    self.i32(b + off::S_PID).load(Ordering::SeqCst),
+                    self.i32(b + off::S_HOSTPID).load(Ordering::SeqCst),
+                    self.u64(b + off::S_SM_UTIL0).load(Ordering::SeqCst),
+                )
+            })
             .collect()
     }
     /// Extension word `idx` (u64 index within `DeviceLimiterState`) of device 0.
@@ -231,7 +247,16 @@ fn every_launch_path_is_limited() {
             .map(|api| {
                 s.spawn(move || {
                     let sb = Sandbox::new(&format!("compute_path_{api}"));
-                    let mut j = Job::limited(30).args(&["--seconds", "1.5", "--api", api, "--kernel-us", "1000", "--graph-kernels", "2"]);
+                    let mut j = Job::limited(30).args(&[
+                        "--seconds",
+                        "1.5",
+                        "--api",
+                        api,
+                        "--kernel-us",
+                        "1000",
+                        "--graph-kernels",
+                        "2",
+                    ]);
                     // _ptsz entry points with stream 0 = the per-thread stream; the others explicit.
                     j = j.args(&["--stream", if api.ends_with("_ptsz") { "null" } else { "explicit" }]);
                     let o = j.go(&sb, 30);
@@ -271,7 +296,17 @@ fn captured_launches_are_not_delayed_and_graph_replays_are_charged() {
     // return at once. Replays of the graph (100 ms of device time each) are then limited.
     let sb = Sandbox::new("compute_capture");
     let o = Job::limited(10)
-        .args(&["--seconds", "2.5", "--capture-test", "--graph-kernels", "20", "--kernel-us", "5000", "--stream", "explicit"])
+        .args(&[
+            "--seconds",
+            "2.5",
+            "--capture-test",
+            "--graph-kernels",
+            "20",
+            "--kernel-us",
+            "5000",
+            "--stream",
+            "explicit",
+        ])
         .go(&sb, 40);
     o.ok();
     let cap: u64 = o.val("capture_ns").parse().unwrap();
@@ -354,7 +389,9 @@ fn policy_follows_the_switch_by_default_and_force_disable_override() {
     });
 
     // force limits with the switch off; disable never limits with the switch on.
-    for (policy, switch, limited) in [("force", 0, true), ("disable", 1, false), ("FORCE", 0, true), ("DISABLE", 1, false)] {
+    for (policy, switch, limited) in
+        [("force", 0, true), ("disable", 1, false), ("FORCE", 0, true), ("DISABLE", 1, false)]
+    {
         let sb = Sandbox::new("compute_policy");
         let region = sb.region();
         make_region(&sb, &region, &[("CUDA_DEVICE_SM_LIMIT", "30")]);
@@ -387,7 +424,9 @@ fn block_release(limit: u32) {
     let pidf = sb.dir.join("pid");
     std::thread::scope(|s| {
         let h = s.spawn(|| {
-            Job::limited(limit).args(&["--seconds", "3", "--kernel-us", "200", "--pid-file", pidf.to_str().unwrap()]).go(&sb, 30)
+            Job::limited(limit)
+                .args(&["--seconds", "3", "--kernel-us", "200", "--pid-file", pidf.to_str().unwrap()])
+                .go(&sb, 30)
         });
         let pid = read_pid(&pidf);
         std::thread::sleep(Duration::from_millis(600));
@@ -396,7 +435,10 @@ fn block_release(limit: u32) {
         m.set_recent_kernel(1);
         let t = Instant::now();
         while m.recent_kernel() != 2 {
-            assert!(t.elapsed() < Duration::from_millis(500), "recent_kernel not re-marked after the monitor's decrement");
+            assert!(
+                t.elapsed() < Duration::from_millis(500),
+                "recent_kernel not re-marked after the monitor's decrement"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         m.set_recent_kernel(-1);
@@ -535,7 +577,14 @@ fn measure(sb: &Sandbox, groups: &[(Job, usize)], args: &[&str], settle: f64, wi
         let mut hs = Vec::new();
         for (g, (job, _)) in groups.iter().enumerate() {
             for pf in &pidfs[g] {
-                let j = job.clone().args(args).args(&["--seconds", &secs, "--start-at", &t0s, "--pid-file", pf.to_str().unwrap()]);
+                let j = job.clone().args(args).args(&[
+                    "--seconds",
+                    &secs,
+                    "--start-at",
+                    &t0s,
+                    "--pid-file",
+                    pf.to_str().unwrap(),
+                ]);
                 hs.push(s.spawn(move || j.go(sb, 60)));
             }
         }
@@ -605,8 +654,16 @@ fn killed_process_leaves_the_budget_to_the_survivor() {
     let pf1 = sb.dir.join("p1");
     let pf2 = sb.dir.join("p2");
     std::thread::scope(|s| {
-        let h1 = s.spawn(|| Job::limited(40).args(&["--seconds", "3.5", "--kernel-us", "200", "--pid-file", pf1.to_str().unwrap()]).go(&sb, 30));
-        let h2 = s.spawn(|| Job::limited(40).args(&["--seconds", "20", "--kernel-us", "200", "--pid-file", pf2.to_str().unwrap()]).go(&sb, 30));
+        let h1 = s.spawn(|| {
+            Job::limited(40)
+                .args(&["--seconds", "3.5", "--kernel-us", "200", "--pid-file", pf1.to_str().unwrap()])
+                .go(&sb, 30)
+        });
+        let h2 = s.spawn(|| {
+            Job::limited(40)
+                .args(&["--seconds", "20", "--kernel-us", "200", "--pid-file", pf2.to_str().unwrap()])
+                .go(&sb, 30)
+        });
         let (p1, p2) = (read_pid(&pf1), read_pid(&pf2));
         std::thread::sleep(Duration::from_millis(1000));
         unsafe { libc::kill(p2 as i32, libc::SIGKILL) };

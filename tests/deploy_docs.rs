@@ -71,10 +71,7 @@ fn dockerfile_docs_release_and_injection_agree() {
     // The base image and the version the library name carries.
     let version = arg_default(&df, "HAMI_VERSION");
     assert_eq!(version, "v2.10.0");
-    assert!(
-        df.lines().any(|l| l.trim() == "FROM projecthami/hami:${HAMI_VERSION}"),
-        "{df}"
-    );
+    assert!(df.lines().any(|l| l.trim() == "FROM projecthami/hami:${HAMI_VERSION}"), "{df}");
     assert!(doc.contains(&format!("projecthami/hami:{version}")));
 
     // The library replaces the exact file name of the image (and the build checks it exists first).
@@ -87,25 +84,13 @@ fn dockerfile_docs_release_and_injection_agree() {
             ("vgpu-smi".to_string(), "/k8s-vgpu/lib/nvidia/vgpu-smi".to_string())
         ]
     );
-    assert!(
-        df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"),
-        "{df}"
-    );
-    assert!(
-        doc.contains(&format!("`{lib}`")) || doc.contains(&format!("**`{lib}`**")),
-        "docs name {lib}"
-    );
+    assert!(df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"), "{df}");
+    assert!(doc.contains(&format!("`{lib}`")) || doc.contains(&format!("**`{lib}`**")), "docs name {lib}");
 
     // The COPY sources are the release script's artifacts.
     for (src, _) in &cp {
-        assert!(
-            release.contains(&format!("$OUT/{src}\"")),
-            "ci/release.sh does not produce {src}"
-        );
-        assert!(
-            doc.contains(&format!("target/release-floor/{src}")),
-            "docs do not copy target/release-floor/{src}"
-        );
+        assert!(release.contains(&format!("$OUT/{src}\"")), "ci/release.sh does not produce {src}");
+        assert!(doc.contains(&format!("target/release-floor/{src}")), "docs do not copy target/release-floor/{src}");
     }
 
     // Host and container paths: the ones the injection test reproduces.
@@ -123,15 +108,9 @@ fn dockerfile_docs_release_and_injection_agree() {
         injection.contains("host/usr/local/vgpu") && injection.contains("\"containers\""),
         "injection test layout changed"
     );
-    assert!(
-        injection.contains("format!(\"{POD_UID}_{CTR}\")"),
-        "per-container dir name <pod>_<ctr> in injection.rs"
-    );
+    assert!(injection.contains("format!(\"{POD_UID}_{CTR}\")"), "per-container dir name <pod>_<ctr> in injection.rs");
     assert!(injection.contains("format!(\"/usr/local/vgpu/{CACHE_UUID}.cache\")"));
-    assert!(
-        injection.contains("\"/usr/local/vgpu/libvgpu.so\\n\""),
-        "ld.so.preload content in injection.rs"
-    );
+    assert!(injection.contains("\"/usr/local/vgpu/libvgpu.so\\n\""), "ld.so.preload content in injection.rs");
     for m in [
         "mount --bind \"$INJ_POD_DIR\" /usr/local/vgpu",
         "/usr/local/vgpu/libvgpu.so",
@@ -150,10 +129,7 @@ fn dockerfile_docs_release_and_injection_agree() {
     let tag = yaml_get(&values, "devicePlugin.image.tag").expect("devicePlugin.image.tag");
     assert!(tag.starts_with(&version), "{tag}");
     assert!(doc.contains(&tag), "docs build the tag {tag}");
-    assert_eq!(
-        yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(),
-        Some(version.as_str())
-    );
+    assert_eq!(yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(), Some(version.as_str()));
 }
 
 #[test]
@@ -166,9 +142,7 @@ fn kai_paths_agree() {
         format!("${{{ENV_VGPU_MOUNT}:-/usr/local/vgpu}}/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}");
     assert!(doc.contains(&form), "docs/deploy.md lacks {form}");
     assert!(
-        readme.contains(&format!(
-            "`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`"
-        )),
+        readme.contains(&format!("`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`")),
         "README"
     );
     assert!(

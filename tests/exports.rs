@@ -7,26 +7,15 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 
 fn expected_exports() -> BTreeSet<String> {
-    let text = std::fs::read_to_string(artifacts().root.join("tests/expected_exports.txt"))
-        .expect("expected_exports.txt");
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
-        .collect()
+    let text =
+        std::fs::read_to_string(artifacts().root.join("tests/expected_exports.txt")).expect("expected_exports.txt");
+    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
 }
 
 #[test]
 fn exported_symbols_match_expected_list() {
     let a = artifacts();
-    let nm = tool(
-        "nm",
-        &[
-            OsStr::new("-D"),
-            OsStr::new("--defined-only"),
-            a.shim.as_os_str(),
-        ],
-    );
+    let nm = tool("nm", &[OsStr::new("-D"), OsStr::new("--defined-only"), a.shim.as_os_str()]);
     let actual: BTreeSet<String> = nm
         .lines()
         .filter_map(|l| l.split_whitespace().last())
@@ -51,47 +40,24 @@ fn exported_symbols_match_expected_list() {
             f.len() >= 2 && f[f.len() - 2] != "T"
         })
         .collect();
-    assert!(
-        not_text.is_empty(),
-        "exports that are not text symbols: {not_text:?}"
-    );
+    assert!(not_text.is_empty(), "exports that are not text symbols: {not_text:?}");
 }
 
 #[test]
 fn needed_only_libc_and_loader() {
     let a = artifacts();
-    let d = tool(
-        "readelf",
-        &[OsStr::new("-d"), OsStr::new("-W"), a.shim.as_os_str()],
-    );
+    let d = tool("readelf", &[OsStr::new("-d"), OsStr::new("-W"), a.shim.as_os_str()]);
     let needed: BTreeSet<String> = d
         .lines()
         .filter(|l| l.contains("(NEEDED)"))
-        .filter_map(|l| {
-            l.split('[')
-                .nth(1)
-                .and_then(|r| r.split(']').next())
-                .map(String::from)
-        })
+        .filter_map(|l| l.split('[').nth(1).and_then(|r| r.split(']').next()).map(String::from))
         .collect();
-    let allowed: BTreeSet<String> = ["libc.so.6", "ld-linux-x86-64.so.2"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    assert!(
-        needed.contains("libc.so.6"),
-        "NEEDED lacks libc.so.6: {needed:?}"
-    );
+    let allowed: BTreeSet<String> = ["libc.so.6", "ld-linux-x86-64.so.2"].into_iter().map(String::from).collect();
+    assert!(needed.contains("libc.so.6"), "NEEDED lacks libc.so.6: {needed:?}");
     let bad: Vec<_> = needed.difference(&allowed).collect();
-    assert!(
-        bad.is_empty(),
-        "unexpected NEEDED entries {bad:?} (all: {needed:?})"
-    );
+    assert!(bad.is_empty(), "unexpected NEEDED entries {bad:?} (all: {needed:?})");
     // soname
-    assert!(
-        d.contains("Library soname: [libvgpu.so]"),
-        "soname should be libvgpu.so:\n{d}"
-    );
+    assert!(d.contains("Library soname: [libvgpu.so]"), "soname should be libvgpu.so:\n{d}");
 }
 
 #[test]
@@ -106,14 +72,8 @@ fn undefined_symbols_only_from_glibc() {
         let ver = line.split('(').nth(1).and_then(|r| r.split(')').next());
         match ver {
             Some(v) if v.starts_with("GLIBC_") => {
-                let nums: Vec<u32> = v["GLIBC_".len()..]
-                    .split('.')
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                let key = (
-                    nums.first().copied().unwrap_or(0),
-                    nums.get(1).copied().unwrap_or(0),
-                );
+                let nums: Vec<u32> = v["GLIBC_".len()..].split('.').filter_map(|x| x.parse().ok()).collect();
+                let key = (nums.first().copied().unwrap_or(0), nums.get(1).copied().unwrap_or(0));
                 if key > max_glibc {
                     max_glibc = key;
                 }
@@ -125,22 +85,11 @@ fn undefined_symbols_only_from_glibc() {
             bad.push(line.to_string());
         }
     }
-    assert!(
-        bad.is_empty(),
-        "undefined symbols outside public glibc: {bad:#?}"
-    );
-    eprintln!(
-        "highest GLIBC_ version required: {}.{}",
-        max_glibc.0, max_glibc.1
-    );
+    assert!(bad.is_empty(), "undefined symbols outside public glibc: {bad:#?}");
+    eprintln!("highest GLIBC_ version required: {}.{}", max_glibc.0, max_glibc.1);
     // The native build on glibc 2.36 needs 2.34 (2.35 with static libgcc_eh); never newer than the
     // build machine's glibc.
-    assert!(
-        max_glibc <= (2, 36),
-        "requires GLIBC_{}.{}",
-        max_glibc.0,
-        max_glibc.1
-    );
+    assert!(max_glibc <= (2, 36), "requires GLIBC_{}.{}", max_glibc.0, max_glibc.1);
 }
 
 /// Every exported driver/NVML symbol has a prototype in `include/` — which the ABI conformance

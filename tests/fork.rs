@@ -41,5 +41,10 @@ fn context_that_does_not_fit_the_limit_is_refused() {
     assert_eq!(proc_num, 0, "the process detached at exit");
     // And with room for it, the same program runs.
     let sb2 = Sandbox::new("ctx-fits");
-    sb2.run(artifacts().bin("fork_client")).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", "400m").env("VGPU_SIM_CTX_MIB", "256").go().ok();
+    sb2.run(artifacts().bin("fork_client"))
+        .shim(true)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "400m")
+        .env("VGPU_SIM_CTX_MIB", "256")
+        .go()
+        .ok();
 }

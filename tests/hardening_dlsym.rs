@@ -8,7 +8,11 @@ mod hardening_support;
 use common::*;
 
 fn programs() -> (std::path::PathBuf, std::path::PathBuf) {
-    let lib = hardening_support::c_program("libtracer.so", &["tracer_lib.c"], &["-shared", "-fPIC", "-ldl", "-Wl,--no-as-needed", "-lcuda"]);
+    let lib = hardening_support::c_program(
+        "libtracer.so",
+        &["tracer_lib.c"],
+        &["-shared", "-fPIC", "-ldl", "-Wl,--no-as-needed", "-lcuda"],
+    );
     let client = hardening_support::c_program("tracer_client", &["tracer_client.c"], &["-ldl"]);
     (lib, client)
 }

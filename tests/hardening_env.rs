@@ -51,7 +51,13 @@ fn empty_limit_in_the_creating_process_takes_pid1s_limit() {
     "#;
     let out = in_pid_namespace(&sb, &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")], script);
     out.ok();
-    let line = |k: &str| out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k} missing: {}", out.dump())).to_string();
+    let line = |k: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_else(|| panic!("{k} missing: {}", out.dump()))
+            .to_string()
+    };
     assert!(line("one:").contains("rc=0 total=1073741824"), "the creator is limited by PID 1's 1 GiB: {}", out.dump());
     assert!(line("two:").contains("rc=2 "), "the second 600 MiB is refused container-wide: {}", out.dump());
     let region = std::fs::read(sb.region()).expect("region");
@@ -72,7 +78,11 @@ fn region_created_unlimited_while_pid1_has_a_limit_is_warned() {
     "#;
     let out = in_pid_namespace(&sb, &[("CUDA_DEVICE_MEMORY_LIMIT", "1g")], script);
     out.ok();
-    let warned: Vec<_> = out.shim_logs().into_iter().filter(|(_, l, m)| l == "WARN" && m.contains("created without a memory limit")).collect();
+    let warned: Vec<_> = out
+        .shim_logs()
+        .into_iter()
+        .filter(|(_, l, m)| l == "WARN" && m.contains("created without a memory limit"))
+        .collect();
     assert_eq!(warned.len(), 1, "{}", out.dump());
     assert!(warned[0].2.contains("1073741824"), "{}", out.dump());
 }
@@ -92,7 +102,11 @@ fn limit_variables_for_indices_from_16_are_reported_once() {
         .go();
     out.ok();
     for var in ["CUDA_DEVICE_MEMORY_LIMIT_16", "CUDA_DEVICE_MEMORY_LIMIT_99", "CUDA_DEVICE_SM_LIMIT_16"] {
-        let n = out.shim_logs().iter().filter(|(_, l, m)| l == "WARN" && m.starts_with(&format!("{var}=")) && m.contains("out of range")).count();
+        let n = out
+            .shim_logs()
+            .iter()
+            .filter(|(_, l, m)| l == "WARN" && m.starts_with(&format!("{var}=")) && m.contains("out of range"))
+            .count();
         assert_eq!(n, 1, "{var}: {}", out.dump());
     }
     assert!(out.stdout.contains("rc=0 total=2147483648"), "the valid global limit applies: {}", out.dump());

@@ -44,7 +44,13 @@ fn forked_children_of_a_busy_cuda_process_never_hang() {
     check(&out, FORKS);
     // Memory limit only: launches take the unthrottled path, allocations dominate.
     let sb2 = Sandbox::new("fork-stress-mem");
-    let mem = sb2.run(&prog).args([FORKS.to_string(), "4".into()]).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", "1g").timeout_secs(240).go();
+    let mem = sb2
+        .run(&prog)
+        .args([FORKS.to_string(), "4".into()])
+        .shim(true)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .timeout_secs(240)
+        .go();
     check(&mem, FORKS);
     // Every child detached its own slot at exit; only the parent remained until it exited.
     let region = std::fs::read(sb.region()).expect("region file");

@@ -32,20 +32,30 @@ struct Two {
 
 impl Two {
     fn line(&self, k: &str) -> String {
-        self.out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k} missing: {}", self.out.dump())).to_string()
+        self.out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_else(|| panic!("{k} missing: {}", self.out.dump()))
+            .to_string()
     }
     /// The first 600 MiB fit, the second do not (container-wide limit).
     #[track_caller]
     fn assert_limit_held(&self) {
         assert!(self.line("one:").contains("rc=0 "), "{}", self.out.dump());
-        assert!(self.line("two:").contains("rc=2 "), "the second process must see the first one's usage: {}", self.out.dump());
+        assert!(
+            self.line("two:").contains("rc=2 "),
+            "the second process must see the first one's usage: {}",
+            self.out.dump()
+        );
     }
     /// The fallback region, named once by each process: the first finds the configured region
     /// unusable (ERROR), the second joins the live fallback (WARN). Removed when dropped.
     #[track_caller]
     fn fallback(&self) -> Fallback {
         let logs = self.out.shim_logs();
-        let lines: Vec<&(u32, String, String)> = logs.iter().filter(|(_, _, m)| m.contains("fallback region /")).collect();
+        let lines: Vec<&(u32, String, String)> =
+            logs.iter().filter(|(_, _, m)| m.contains("fallback region /")).collect();
         assert_eq!(lines.len(), 2, "one line per process: {}", self.out.dump());
         assert_ne!(lines[0].0, lines[1].0, "{}", self.out.dump());
         assert!(
@@ -232,7 +242,9 @@ fn deleted_region_keeps_the_container_limit() {
         .timeout_secs(60)
         .go();
     out.ok();
-    let line = |k: &str| out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string();
+    let line = |k: &str| {
+        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
+    };
     assert!(line("one:").contains("rc=0 ") && line("two:").contains("rc=0 "), "{}", out.dump());
     assert!(line("three:").contains("rc=2 "), "600 + 300 + 400 MiB > 1 GiB: {}", out.dump());
     assert!(line("four:").contains("rc=0 "), "{}", out.dump());
@@ -269,7 +281,9 @@ fn region_deleted_with_every_link_is_republished_as_a_copy() {
         .go();
     out.ok();
     assert!(!out.stdout.contains("no anchor"), "{}", out.dump());
-    let line = |k: &str| out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string();
+    let line = |k: &str| {
+        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
+    };
     assert!(line("one:").contains("rc=0 "), "{}", out.dump());
     assert!(line("two:").contains("rc=2 "), "the copy carries the 600 MiB: {}", out.dump());
     let copied = out.shim_logs().into_iter().filter(|(_, l, m)| l == "ERROR" && m.contains("published a copy")).count();

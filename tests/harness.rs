@@ -9,10 +9,7 @@ use common::*;
 fn timeout_kills_and_fails() {
     let sb = Sandbox::new("timeout");
     // A grandchild keeps the pipes open too: the whole process group must die.
-    sb.run("/bin/sh")
-        .args(["-c", "sleep 30 & sleep 30"])
-        .timeout_secs(1)
-        .go();
+    sb.run("/bin/sh").args(["-c", "sleep 30 & sleep 30"]).timeout_secs(1).go();
 }
 
 #[test]
@@ -24,17 +21,9 @@ fn environment_is_scrubbed_and_sandboxed() {
         .stdout
         .lines()
         .filter(|l| {
-            [
-                "CUDA_",
-                "VGPU_",
-                "LIBCUDA_",
-                "NVIDIA_",
-                "HAMI_",
-                "LD_",
-                "GPU_CORE_UTILIZATION_POLICY=",
-            ]
-            .iter()
-            .any(|p| l.starts_with(p))
+            ["CUDA_", "VGPU_", "LIBCUDA_", "NVIDIA_", "HAMI_", "LD_", "GPU_CORE_UTILIZATION_POLICY="]
+                .iter()
+                .any(|p| l.starts_with(p))
         })
         .collect();
     ours.sort();
@@ -46,33 +35,19 @@ fn environment_is_scrubbed_and_sandboxed() {
         format!("VGPU_SIM_COUNT_FILE={}", sb.counts_file().display()),
         format!("VGPU_SIM_STATE={}", sb.state().display()),
     ];
-    assert_eq!(
-        ours,
-        expected.iter().map(String::as_str).collect::<Vec<_>>()
-    );
+    assert_eq!(ours, expected.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 #[test]
 fn shim_run_sets_preload_and_artifacts_exist() {
     let a = artifacts();
-    for p in [
-        &a.shim,
-        &a.simctl,
-        &a.simlib.join("libcuda.so.1"),
-        &a.simlib.join("libnvidia-ml.so.1"),
-    ] {
+    for p in [&a.shim, &a.simctl, &a.simlib.join("libcuda.so.1"), &a.simlib.join("libnvidia-ml.so.1")] {
         assert!(p.exists(), "{} missing", p.display());
     }
     let sb = Sandbox::new("preload");
     let o = sb.run("/usr/bin/env").shim(true).go();
     o.ok();
-    assert!(
-        o.stdout
-            .lines()
-            .any(|l| l == format!("LD_PRELOAD={}", a.shim.display())),
-        "{}",
-        o.dump()
-    );
+    assert!(o.stdout.lines().any(|l| l == format!("LD_PRELOAD={}", a.shim.display())), "{}", o.dump());
 }
 
 #[test]

@@ -83,32 +83,18 @@ struct Step {
 
 impl Step {
     fn load(dir: &Path, name: &str) -> Step {
-        let rd = |ext: &str| {
-            std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap_or_default()
-        };
+        let rd = |ext: &str| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap_or_default();
         let rc = rd("rc").trim().parse().unwrap_or(-1);
-        Step {
-            name: name.into(),
-            rc,
-            out: rd("out"),
-            err: rd("err"),
-        }
+        Step { name: name.into(), rc, out: rd("out"), err: rd("err") }
     }
     fn kv(&self) -> BTreeMap<String, String> {
-        self.out
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-            .collect()
+        self.out.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect()
     }
     fn get(&self, k: &str) -> Option<String> {
         self.kv().get(k).cloned()
     }
     fn dump(&self) -> String {
-        format!(
-            "step {} rc={}\n--- stdout ---\n{}--- stderr ---\n{}-----",
-            self.name, self.rc, self.out, self.err
-        )
+        format!("step {} rc={}\n--- stdout ---\n{}--- stderr ---\n{}-----", self.name, self.rc, self.out, self.err)
     }
     #[track_caller]
     fn ok(&self) -> &Self {
@@ -117,18 +103,11 @@ impl Step {
     }
     #[track_caller]
     fn expect(&self, k: &str, want: &str) {
-        assert_eq!(
-            self.get(k).as_deref(),
-            Some(want),
-            "`{k}` in {}",
-            self.dump()
-        );
+        assert_eq!(self.get(k).as_deref(), Some(want), "`{k}` in {}", self.dump());
     }
     #[track_caller]
     fn u64(&self, k: &str) -> u64 {
-        self.get(k)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("`{k}` missing in {}", self.dump()))
+        self.get(k).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("`{k}` missing in {}", self.dump()))
     }
     /// Shim error lines, and the loader's complaint about a preload it could not load.
     #[track_caller]
@@ -136,16 +115,9 @@ impl Step {
         let bad: Vec<&str> = self
             .err
             .lines()
-            .filter(|l| {
-                (l.starts_with("[libvgpu ") && l.contains("] ERROR"))
-                    || l.contains("cannot be preloaded")
-            })
+            .filter(|l| (l.starts_with("[libvgpu ") && l.contains("] ERROR")) || l.contains("cannot be preloaded"))
             .collect();
-        assert!(
-            bad.is_empty(),
-            "stderr has errors: {bad:?}\n{}",
-            self.dump()
-        );
+        assert!(bad.is_empty(), "stderr has errors: {bad:?}\n{}", self.dump());
     }
 }
 
@@ -169,10 +141,7 @@ fn monitor_scan(containers: &Path) -> BTreeMap<String, Result<PathBuf, String>> 
                 .map(|f| f.file_name().to_string_lossy().into_owned())
                 .collect();
             files.sort();
-            let n = files
-                .iter()
-                .filter(|f| f.contains("libvgpu.so") || f.ends_with(".cache"))
-                .count();
+            let n = files.iter().filter(|f| f.contains("libvgpu.so") || f.ends_with(".cache")).count();
             if n > 2 {
                 return Err(format!("cache num not matched: {files:?}"));
             }
@@ -192,10 +161,7 @@ fn monitor_scan(containers: &Path) -> BTreeMap<String, Result<PathBuf, String>> 
             if major == 1 && b.len() >= REGION_SIZE {
                 Ok(p)
             } else {
-                Err(format!(
-                    "unknown cache file size {} / version {major}",
-                    b.len()
-                ))
+                Err(format!("unknown cache file size {} / version {major}", b.len()))
             }
         })();
         m.insert(name, r);
@@ -210,25 +176,12 @@ fn assert_region_header(r: &Region) {
     assert_eq!(r.version(), (1, 2), "{}", r.describe());
     assert!(r.len() >= REGION_SIZE, "{}", r.describe());
     assert_eq!(r.limit(0), LIMIT, "limit[0] in bytes: {}", r.describe());
-    assert_eq!(
-        r.limit(1),
-        0,
-        "limit[1] (no second device): {}",
-        r.describe()
-    );
+    assert_eq!(r.limit(1), 0, "limit[1] (no second device): {}", r.describe());
     assert_eq!(r.sm_limit(0), SM_LIMIT, "{}", r.describe());
-    assert_eq!(
-        r.priority(),
-        1,
-        "priority (CUDA_TASK_PRIORITY unset → 1): {}",
-        r.describe()
-    );
+    assert_eq!(r.priority(), 1, "priority (CUDA_TASK_PRIORITY unset → 1): {}", r.describe());
     let (uuid, zero_filled) = r.uuid(0);
     assert_eq!(uuid, GPU_UUID, "uuids[0]: {}", r.describe());
-    assert!(
-        zero_filled,
-        "uuids[0] must be zero-filled after the NUL (the monitor keys on all 96 bytes)"
-    );
+    assert!(zero_filled, "uuids[0] must be zero-filled after the NUL (the monitor keys on all 96 bytes)");
     assert_eq!(r.device_num(), 1, "device_num: {}", r.describe());
 }
 
@@ -295,10 +248,7 @@ fn hami_injection_path_without_kubernetes() {
                 .env("NVIDIA_VISIBLE_DEVICES", GPU_UUID)
                 .env("CUDA_DEVICE_MEMORY_LIMIT_0", format!("{LIMIT_MIB}m"))
                 .env("CUDA_DEVICE_SM_LIMIT", SM_LIMIT.to_string())
-                .env(
-                    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
-                    format!("/usr/local/vgpu/{CACHE_UUID}.cache"),
-                )
+                .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", format!("/usr/local/vgpu/{CACHE_UUID}.cache"))
                 .env("LIBCUDA_LOG_LEVEL", "1")
                 // The simulated node: NVML PIDs as the host would see them.
                 .env("VGPU_SIM_PID_OFFSET", PID_OFFSET.to_string())
@@ -344,31 +294,16 @@ fn hami_injection_path_without_kubernetes() {
     step("ls").ok().assert_clean_stderr();
     let maps = step("cat_maps");
     maps.ok().assert_clean_stderr();
-    assert!(
-        maps.out.contains("/usr/local/vgpu/libvgpu.so"),
-        "cat does not have the shim mapped: {}",
-        maps.dump()
-    );
-    assert!(
-        !maps.out.contains("libcuda") && !maps.out.contains("nvidia"),
-        "cat mapped a driver: {}",
-        maps.dump()
-    );
-    assert_eq!(
-        step("cat_preload").ok().out.trim(),
-        "/usr/local/vgpu/libvgpu.so"
-    );
+    assert!(maps.out.contains("/usr/local/vgpu/libvgpu.so"), "cat does not have the shim mapped: {}", maps.dump());
+    assert!(!maps.out.contains("libcuda") && !maps.out.contains("nvidia"), "cat mapped a driver: {}", maps.dump());
+    assert_eq!(step("cat_preload").ok().out.trim(), "/usr/local/vgpu/libvgpu.so");
     let p3 = step("python3");
     p3.ok().assert_clean_stderr();
     p3.expect("python", "ok");
     p3.expect("shim_mapped", "1");
     p3.expect("cuda_mapped", "0");
     let before = step("ls_before_cuda");
-    assert!(
-        !before.out.contains(".cache"),
-        "a region file appeared before any CUDA call: {}",
-        before.dump()
-    );
+    assert!(!before.out.contains(".cache"), "a region file appeared before any CUDA call: {}", before.dump());
 
     // 2. CUDA clients are limited by CUDA_DEVICE_MEMORY_LIMIT_0.
     let pyc = step("py_client");
@@ -381,27 +316,16 @@ fn hami_injection_path_without_kubernetes() {
     assert_eq!(c.u64("s0.total"), LIMIT, "{}", c.dump());
     c.expect("s1.alloc", OOM);
     c.expect("s2.alloc", "0");
-    let holder_pid: i32 = c
-        .get("s3.pid")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{}", c.dump()));
+    let holder_pid: i32 = c.get("s3.pid").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{}", c.dump()));
     if ns == Ns::MountAndPid {
-        assert!(
-            holder_pid < 1000,
-            "pid {holder_pid} is not a pid of the new namespace"
-        );
+        assert!(holder_pid < 1000, "pid {holder_pid} is not a pid of the new namespace");
     }
 
     // 3. The region file, seen from the host while the client held memory.
     let (scan, region) = held.unwrap_or_else(|| panic!("the holder never signalled: {}", ctx()));
     let key = format!("{POD_UID}_{CTR}");
     match scan.get(&key) {
-        Some(Ok(p)) => assert_eq!(
-            p,
-            &region_host,
-            "the monitor would load {} instead",
-            p.display()
-        ),
+        Some(Ok(p)) => assert_eq!(p, &region_host, "the monitor would load {} instead", p.display()),
         other => {
             panic!("the monitor would not load the container's region: {other:?} (all: {scan:?})")
         }
@@ -410,27 +334,14 @@ fn hami_injection_path_without_kubernetes() {
     assert_region_header(&region);
     // Created 0666 regardless of umask (docs/hami-contract.md §3.7): processes of other users in the
     // container must be able to attach.
-    let mode = std::fs::metadata(&region_host)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
+    let mode = std::fs::metadata(&region_host).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o666, "region file mode {mode:o}");
     let live = region.live();
-    let slot = live
-        .iter()
-        .find(|s| s.pid == holder_pid)
-        .unwrap_or_else(|| {
-            panic!(
-                "no live slot for the holder (pid {holder_pid} in the container): {}",
-                region.describe()
-            )
-        });
+    let slot = live.iter().find(|s| s.pid == holder_pid).unwrap_or_else(|| {
+        panic!("no live slot for the holder (pid {holder_pid} in the container): {}", region.describe())
+    });
     assert_eq!(slot.status, 1, "{slot:?}");
-    assert!(
-        slot.total(0) >= 300 * MIB && slot.data(0) >= 300 * MIB,
-        "holder slot used[0]: {slot:?}"
-    );
+    assert!(slot.total(0) >= 300 * MIB && slot.data(0) >= 300 * MIB, "holder slot used[0]: {slot:?}");
     assert!(region.container_used(0) <= LIMIT, "{}", region.describe());
     if slot.hostpid != 0 {
         // hostpid, when detected, is the holder's PID as NVML (the host) reports it.
@@ -448,30 +359,17 @@ fn hami_injection_path_without_kubernetes() {
     if ns == Ns::MountAndPid {
         let env = step("envi_env");
         env.ok();
-        assert!(
-            !env.out.contains("CUDA_DEVICE_MEMORY_LIMIT"),
-            "env -i did not empty the env: {}",
-            env.dump()
-        );
+        assert!(!env.out.contains("CUDA_DEVICE_MEMORY_LIMIT"), "env -i did not empty the env: {}", env.dump());
         let e = step("envi_client");
         e.ok().assert_clean_stderr();
-        assert_eq!(
-            e.u64("s0.total"),
-            LIMIT,
-            "a client started with `env -i` is not limited: {}",
-            e.dump()
-        );
+        assert_eq!(e.u64("s0.total"), LIMIT, "a client started with `env -i` is not limited: {}", e.dump());
         e.expect("s1.alloc", OOM);
         e.expect("s2.alloc", "0");
     }
 
     // 5. After everything exited: the file stays, no stale usage for the monitor.
     let after = step("ls_after");
-    assert!(
-        after.out.contains(&format!("{CACHE_UUID}.cache")),
-        "{}",
-        after.dump()
-    );
+    assert!(after.out.contains(&format!("{CACHE_UUID}.cache")), "{}", after.dump());
     let r = Region::read(&region_host).unwrap();
     assert_region_header(&r);
     assert!(
@@ -487,14 +385,6 @@ fn hami_injection_path_without_kubernetes() {
     );
 
     // 6. The host was not touched.
-    assert_eq!(
-        read_host(Path::new("/etc/ld.so.preload")),
-        host_preload_before,
-        "host /etc/ld.so.preload changed"
-    );
-    assert_eq!(
-        Path::new("/usr/local/vgpu").exists(),
-        host_had_vgpu,
-        "host /usr/local/vgpu created"
-    );
+    assert_eq!(read_host(Path::new("/etc/ld.so.preload")), host_preload_before, "host /etc/ld.so.preload changed");
+    assert_eq!(Path::new("/usr/local/vgpu").exists(), host_had_vgpu, "host /usr/local/vgpu created");
 }

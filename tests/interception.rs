@@ -50,17 +50,9 @@ fn assert_same_results(base: &Out, shim: &Out, skip: &[&str]) {
 #[track_caller]
 fn assert_log_pid(out: &Out) {
     let logs = out.shim_logs();
-    assert!(
-        !logs.is_empty(),
-        "no shim log lines at LIBCUDA_LOG_LEVEL=4: {}",
-        out.dump()
-    );
+    assert!(!logs.is_empty(), "no shim log lines at LIBCUDA_LOG_LEVEL=4: {}", out.dump());
     let bad: Vec<_> = logs.iter().filter(|(p, _, _)| *p != out.pid).collect();
-    assert!(
-        bad.is_empty(),
-        "log lines with a pid other than {}: {bad:?}",
-        out.pid
-    );
+    assert!(bad.is_empty(), "log lines with a pid other than {}: {bad:?}", out.pid);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -75,29 +67,14 @@ fn baseline_direct_sim_semantics() {
     let free: u64 = o.val("mem_free").parse().unwrap();
     let free_a: u64 = o.val("mem_free_after_alloc").parse().unwrap();
     let free_f: u64 = o.val("mem_free_after_free").parse().unwrap();
-    assert_eq!(
-        total,
-        16384 << 20,
-        "default simulated device is 16 GiB: {}",
-        o.dump()
-    );
+    assert_eq!(total, 16384 << 20, "default simulated device is 16 GiB: {}", o.dump());
     assert!(free < total, "context memory must be charged: {}", o.dump());
-    assert_eq!(
-        free - free_a,
-        64 << 20,
-        "64 MiB allocation must show in cuMemGetInfo: {}",
-        o.dump()
-    );
+    assert_eq!(free - free_a, 64 << 20, "64 MiB allocation must show in cuMemGetInfo: {}", o.dump());
     assert_eq!(free_f, free, "free must give the memory back: {}", o.dump());
     let nvml_total: u64 = o.val("nvml_total").parse().unwrap();
     let nvml_used: u64 = o.val("nvml_used").parse().unwrap();
     assert_eq!(nvml_total, total, "{}", o.dump());
-    assert_eq!(
-        nvml_used,
-        total - free_a,
-        "NVML used = this process's context + allocation: {}",
-        o.dump()
-    );
+    assert_eq!(nvml_used, total - free_a, "NVML used = this process's context + allocation: {}", o.dump());
     let c = sb.counts();
     assert_eq!(c.get("cuLaunchKernel"), Some(&1), "sim count file: {c:?}");
     assert_eq!(c.get("cuMemAlloc_v2"), Some(&1), "sim count file: {c:?}");
@@ -108,17 +85,9 @@ fn baseline_cudart_like_distinct_variants() {
     let sb = Sandbox::new("base-cudart");
     let o = sb.run("cudart_like").go();
     o.ok();
-    assert_ne!(
-        o.val("probe_empty"),
-        "0",
-        "empty-name probe must not succeed"
-    );
+    assert_ne!(o.val("probe_empty"), "0", "empty-name probe must not succeed");
     assert_eq!(o.val("probe_empty_null"), "1");
-    assert_eq!(
-        o.val("launch_ptsz_distinct"),
-        "1",
-        "sim must return distinct ptsz pointers"
-    );
+    assert_eq!(o.val("launch_ptsz_distinct"), "1", "sim must return distinct ptsz pointers");
     assert_eq!(o.val("gpa_v1_ne_v2"), "1");
     assert_eq!(o.val("obj_cuGetExportTable"), "libcuda.so.1");
     assert_eq!(o.val("obj_hooked_cuMemAlloc"), "libcuda.so.1");
@@ -146,20 +115,12 @@ fn direct_linked_client_is_intercepted() {
         "nvmlDeviceGetMemoryInfo",
     ]);
     let h = shim.hooks();
-    assert_eq!(
-        h.get("cuMemGetInfo_v2"),
-        Some(&3),
-        "three cuMemGetInfo_v2 calls: {h:?}"
-    );
+    assert_eq!(h.get("cuMemGetInfo_v2"), Some(&3), "three cuMemGetInfo_v2 calls: {h:?}");
     assert_eq!(h.get("cuLaunchKernel"), Some(&1), "{h:?}");
     assert_log_pid(&shim);
     shim.assert_no_shim_errors();
     let c = sb.counts();
-    assert_eq!(
-        c.get("cuLaunchKernel"),
-        Some(&1),
-        "hook must reach the sim's cuLaunchKernel: {c:?}"
-    );
+    assert_eq!(c.get("cuLaunchKernel"), Some(&1), "hook must reach the sim's cuLaunchKernel: {c:?}");
     assert_eq!(c.get("cuMemAlloc_v2"), Some(&1), "{c:?}");
     assert_eq!(c.get("cuMemFree_v2"), Some(&1), "{c:?}");
 }
@@ -199,21 +160,12 @@ fn cudart_pattern_is_intercepted_including_ptsz() {
     // The pointers handed out for hooked names must be the shim's; unhooked ones the driver's;
     // cuGetExportTable must be the driver's own, unwrapped.
     for k in HOOKED_OBJ_KEYS {
-        assert_eq!(
-            shim.val(k),
-            "libvgpu.so",
-            "{k} must point into the shim: {}",
-            shim.dump()
-        );
+        assert_eq!(shim.val(k), "libvgpu.so", "{k} must point into the shim: {}", shim.dump());
         assert_eq!(base.val(k), "libcuda.so.1", "{k} baseline: {}", base.dump());
     }
     assert_eq!(shim.val("obj_cuGetExportTable"), "libcuda.so.1");
     assert_eq!(shim.val("obj_cuDeviceGet"), "libcuda.so.1");
-    assert_eq!(
-        shim.val("launch_ptsz_distinct"),
-        "1",
-        "flags=2 lookup must not collapse onto the legacy hook"
-    );
+    assert_eq!(shim.val("launch_ptsz_distinct"), "1", "flags=2 lookup must not collapse onto the legacy hook");
     shim.assert_hooked(&[
         "cuMemGetInfo_v2",
         "cuMemAlloc_v2",
@@ -224,16 +176,8 @@ fn cudart_pattern_is_intercepted_including_ptsz() {
         "cuCtxSetCurrent",
     ]);
     let h = shim.hooks();
-    assert_eq!(
-        h.get("cuLaunchKernel"),
-        Some(&1),
-        "legacy launch → cuLaunchKernel hook once: {h:?}"
-    );
-    assert_eq!(
-        h.get("cuLaunchKernel_ptsz"),
-        Some(&1),
-        "per-thread launch → _ptsz hook once: {h:?}"
-    );
+    assert_eq!(h.get("cuLaunchKernel"), Some(&1), "legacy launch → cuLaunchKernel hook once: {h:?}");
+    assert_eq!(h.get("cuLaunchKernel_ptsz"), Some(&1), "per-thread launch → _ptsz hook once: {h:?}");
     // 4 lookups through the dlsym'd cuGetProcAddress_v2, 13 through the pointer returned for
     // "cuGetProcAddress"@12000: all must go through the shim's wrapper.
     assert_eq!(h.get("cuGetProcAddress_v2"), Some(&17), "{h:?}");
@@ -244,18 +188,8 @@ fn cudart_pattern_is_intercepted_including_ptsz() {
     // cuLaunchKernel_ptsz, exactly as without the shim.
     let c0 = sb0.counts();
     let c = sb.counts();
-    for sym in [
-        "cuLaunchKernel",
-        "cuLaunchKernel_ptsz",
-        "cuMemAlloc_v2",
-        "cuMemFree_v2",
-        "cuMemGetInfo_v2",
-    ] {
-        assert_eq!(
-            c.get(sym),
-            c0.get(sym),
-            "sim count of {sym}: shim {c:?} vs baseline {c0:?}"
-        );
+    for sym in ["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2"] {
+        assert_eq!(c.get(sym), c0.get(sym), "sim count of {sym}: shim {c:?} vs baseline {c0:?}");
     }
     assert_eq!(c.get("cuLaunchKernel"), Some(&1), "{c:?}");
     assert_eq!(c.get("cuLaunchKernel_ptsz"), Some(&1), "{c:?}");
@@ -285,15 +219,8 @@ fn shim_is_silent_at_default_log_level() {
     let sb = Sandbox::new("quiet");
     let o = sb.run("cudart_like").shim(true).go();
     o.ok();
-    let noisy: Vec<_> = o
-        .shim_logs()
-        .into_iter()
-        .filter(|(_, l, _)| l == "DEBUG" || l == "INFO")
-        .collect();
-    assert!(
-        noisy.is_empty(),
-        "debug/info lines at the default level: {noisy:?}"
-    );
+    let noisy: Vec<_> = o.shim_logs().into_iter().filter(|(_, l, _)| l == "DEBUG" || l == "INFO").collect();
+    assert!(noisy.is_empty(), "debug/info lines at the default level: {noisy:?}");
     assert!(o.hooks().is_empty());
 }
 
@@ -310,11 +237,7 @@ fn first_use_race_16_threads() {
     shim.ok();
     assert_same_results(&base, &shim, &[]);
     let h = shim.hooks();
-    assert_eq!(
-        h.get("cuMemAlloc_v2"),
-        Some(&8000),
-        "every allocation went through the hook"
-    );
+    assert_eq!(h.get("cuMemAlloc_v2"), Some(&8000), "every allocation went through the hook");
     assert_eq!(h.get("cuMemFree_v2"), Some(&8000));
     shim.assert_no_shim_errors();
     assert_eq!(shim.val("free_restored"), "1");

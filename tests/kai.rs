@@ -21,15 +21,7 @@ fn namespaces_ok() -> bool {
     (unsafe { libc::geteuid() }) == 0
         && Path::new("/usr/bin/setpriv").exists()
         && Command::new("unshare")
-            .args([
-                "-m",
-                "-p",
-                "-f",
-                "--mount-proc",
-                "/bin/sh",
-                "-c",
-                "mount -t tmpfs tmpfs /tmp",
-            ])
+            .args(["-m", "-p", "-f", "--mount-proc", "/bin/sh", "-c", "mount -t tmpfs tmpfs /tmp"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -42,9 +34,7 @@ fn smi() -> PathBuf {
     let a = artifacts();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&a.root)
-        .args(["build", "-p", "vgpu-smi", "--target-dir"])
-        .arg(a.profile_dir.parent().unwrap());
+    cmd.current_dir(&a.root).args(["build", "-p", "vgpu-smi", "--target-dir"]).arg(a.profile_dir.parent().unwrap());
     if a.release {
         cmd.arg("--release");
     }
@@ -62,34 +52,19 @@ struct Step {
 impl Step {
     fn load(dir: &Path, name: &str) -> Step {
         let rd = |e: &str| std::fs::read_to_string(dir.join(format!("{name}.{e}"))).unwrap_or_default();
-        Step {
-            name: name.into(),
-            rc: rd("rc").trim().parse().unwrap_or(-1),
-            out: rd("out"),
-            err: rd("err"),
-        }
+        Step { name: name.into(), rc: rd("rc").trim().parse().unwrap_or(-1), out: rd("out"), err: rd("err") }
     }
     fn get(&self, k: &str) -> Option<String> {
-        self.out
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")).map(|v| v.trim().to_string()))
+        self.out.lines().find_map(|l| l.strip_prefix(&format!("{k}=")).map(|v| v.trim().to_string()))
     }
     fn dump(&self) -> String {
-        format!(
-            "step {} rc={}\n--- stdout ---\n{}--- stderr ---\n{}-----",
-            self.name, self.rc, self.out, self.err
-        )
+        format!("step {} rc={}\n--- stdout ---\n{}--- stderr ---\n{}-----", self.name, self.rc, self.out, self.err)
     }
     /// The client ran, saw `LIMIT` as its total, was refused 1100 MiB and got 300 MiB.
     #[track_caller]
     fn limited(&self) {
         assert_eq!(self.rc, 0, "{}", self.dump());
-        assert_eq!(
-            self.get("s0.total"),
-            Some(LIMIT.to_string()),
-            "not limited: {}",
-            self.dump()
-        );
+        assert_eq!(self.get("s0.total"), Some(LIMIT.to_string()), "not limited: {}", self.dump());
         assert_eq!(self.get("s1.alloc").as_deref(), Some(OOM), "{}", self.dump());
         assert_eq!(self.get("s2.alloc").as_deref(), Some("0"), "{}", self.dump());
         assert!(!self.err.contains("] ERROR"), "{}", self.dump());
@@ -150,39 +125,16 @@ fn kai_location_root_and_uid_1000_and_env_i_discovery() {
     let root_dir = containers.join("pod-1_root-ctr");
     let root_region = root_dir.join("usage.cache");
     let r = Region::read(&root_region).unwrap_or_else(|| panic!("no KAI region at {}", root_region.display()));
-    assert_eq!(
-        (r.magic(), r.limit(0), r.sm_limit(0)),
-        (MAGIC, LIMIT, 100),
-        "{}",
-        r.describe()
-    );
-    assert_eq!(
-        std::fs::metadata(&root_dir).unwrap().permissions().mode() & 0o7777,
-        0o777
-    );
-    assert_eq!(
-        std::fs::metadata(&root_region).unwrap().permissions().mode() & 0o777,
-        0o666
-    );
+    assert_eq!((r.magic(), r.limit(0), r.sm_limit(0)), (MAGIC, LIMIT, 100), "{}", r.describe());
+    assert_eq!(std::fs::metadata(&root_dir).unwrap().permissions().mode() & 0o7777, 0o777);
+    assert_eq!(std::fs::metadata(&root_region).unwrap().permissions().mode() & 0o777, 0o666);
     let s = step("smi_kai");
     assert_eq!(s.rc, 0, "{}", s.dump());
-    assert!(
-        s.out.contains("/usr/local/vgpu/containers/pod-1_root-ctr/usage.cache"),
-        "{}",
-        s.dump()
-    );
-    assert!(
-        s.out.contains("\"pod_uid\":\"pod-1\",\"container\":\"root-ctr\""),
-        "{}",
-        s.dump()
-    );
+    assert!(s.out.contains("/usr/local/vgpu/containers/pod-1_root-ctr/usage.cache"), "{}", s.dump());
+    assert!(s.out.contains("\"pod_uid\":\"pod-1\",\"container\":\"root-ctr\""), "{}", s.dump());
 
     // 2. Non-root env -i: /proc/1/environ is unreadable, the single KAI region is found.
-    assert_ne!(
-        step("envi_environ_user").rc,
-        0,
-        "UID 1000 could read pid 1's environ: the case is not tested"
-    );
+    assert_ne!(step("envi_environ_user").rc, 0, "UID 1000 could read pid 1's environ: the case is not tested");
     step("envi_kai_user").limited();
 
     // 3. KAI as UID 1000: it created its own directory, owned by it, mode 0777.
@@ -199,18 +151,10 @@ fn kai_location_root_and_uid_1000_and_env_i_discovery() {
     step("envi_hami_user").limited();
     let s = step("smi_envi_user");
     assert_eq!(s.rc, 0, "{}", s.dump());
-    assert!(
-        s.out.contains("/opt/hv/vgpu/0c1d.cache"),
-        "vgpu-smi finds it the same way: {}",
-        s.dump()
-    );
+    assert!(s.out.contains("/opt/hv/vgpu/0c1d.cache"), "vgpu-smi finds it the same way: {}", s.dump());
     assert!(hami_pod.join("0c1d.cache").exists());
 
-    assert_eq!(
-        Path::new("/usr/local/vgpu").exists(),
-        host_had_vgpu,
-        "host /usr/local/vgpu touched"
-    );
+    assert_eq!(Path::new("/usr/local/vgpu").exists(), host_had_vgpu, "host /usr/local/vgpu touched");
 }
 
 fn unshare_path() -> PathBuf {

@@ -233,7 +233,13 @@ fn mip_bytes(w: u64, h: u64, d: u64, elem: u64, ch: u64, layered: bool, levels: 
         .map(|l| {
             let lw = (w >> l).max(1);
             let lh = if h == 0 { 1 } else { (h >> l).max(1) };
-            let ld = if d == 0 { 1 } else if layered { d } else { (d >> l).max(1) };
+            let ld = if d == 0 {
+                1
+            } else if layered {
+                d
+            } else {
+                (d >> l).max(1)
+            };
             lw * lh * ld * elem * ch
         })
         .sum()

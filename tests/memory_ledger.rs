@@ -48,7 +48,11 @@ fn killed_process_leaves_every_view_and_the_region_within_a_second() {
     let sb = Sandbox::new("ledger_kill_views");
     let path = sb.region();
     let mut a = worker(&sb, "512m");
-    let mut b = client(&sb).env("CUDA_DEVICE_MEMORY_LIMIT", "512m").env("VGPU_SIM_CTX_MIB", 2).env("LIBCUDA_LOG_LEVEL", 3).spawn();
+    let mut b = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "512m")
+        .env("VGPU_SIM_CTX_MIB", 2)
+        .env("LIBCUDA_LOG_LEVEL", 3)
+        .spawn();
     b.init_ctx(0);
     b.ok("nvml_init");
     a.ok(&format!("alloc {}", 300 * MIB));

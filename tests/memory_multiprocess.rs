@@ -34,7 +34,13 @@ struct StormReport {
 }
 
 fn report(r: &Resp) -> StormReport {
-    StormReport { ok: r.u64("ok"), oom: r.u64("oom"), err: r.u64("err"), free_err: r.u64("free_err"), held: r.u64("held") }
+    StormReport {
+        ok: r.u64("ok"),
+        oom: r.u64("oom"),
+        err: r.u64("err"),
+        free_err: r.u64("free_err"),
+        held: r.u64("held"),
+    }
 }
 
 #[test]
@@ -317,7 +323,10 @@ fn stopped_lock_holder_blocks_others_only_for_a_bounded_time() {
     eprintln!("blocked {waited:?} behind the stopped holder");
     // The lock's documented wait bound is 1 s (vgpu-core lock::DEFAULT_TIMEOUT); one allocation
     // must not wait for it more than once.
-    assert!(waited < Duration::from_millis(1500), "an allocation blocked {waited:?} behind a stopped lock holder (bound: 1 s)");
+    assert!(
+        waited < Duration::from_millis(1500),
+        "an allocation blocked {waited:?} behind a stopped lock holder (bound: 1 s)"
+    );
     assert!(waited >= Duration::from_millis(800), "the refusal did not wait for the lock ({waited:?})");
     assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "allocation under an unobtainable lock must fail closed: {}", r.line);
     assert!(

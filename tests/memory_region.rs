@@ -83,9 +83,16 @@ fn region_fields_the_monitor_reads() {
     let slot = s.slot(0);
     assert_eq!(slot.pid, c.pid as i32, "slot 0 pid");
     assert_eq!(slot.status, 1, "slot 0 status (+1928)");
-    assert!(slot.hostpid == 0 || slot.hostpid == c.pid as i32, "hostpid {} is neither unknown nor the pid", slot.hostpid);
+    assert!(
+        slot.hostpid == 0 || slot.hostpid == c.pid as i32,
+        "hostpid {} is neither unknown nor the pid",
+        slot.hostpid
+    );
     assert_eq!(slot.seqlock % 2, 0, "seqlock left odd");
-    assert_eq!(slot.used[0], DevMem { context: 8 * MIB, data: 3 * MIB + 11, total: 11 * MIB + 11, ..Default::default() });
+    assert_eq!(
+        slot.used[0],
+        DevMem { context: 8 * MIB, data: 3 * MIB + 11, total: 11 * MIB + 11, ..Default::default() }
+    );
     assert_eq!(slot.used[1], DevMem::default());
     // Beyond proc_num: empty.
     assert_eq!((s.slot(1).pid, s.slot(1).status), (0, 0));
@@ -236,7 +243,11 @@ fn foreign_case(name: &str, content: Vec<u8>) {
     c.init_ctx(0);
     // The program runs; the environment's limit is still enforced for this process.
     let id = c.ok(&format!("alloc {}", 16 * MIB)).id();
-    assert_eq!(c.cmd(&format!("alloc {}", 41 * MIB)).rc(), CUDA_ERROR_OUT_OF_MEMORY, "{name}: limit not enforced locally");
+    assert_eq!(
+        c.cmd(&format!("alloc {}", 41 * MIB)).rc(),
+        CUDA_ERROR_OUT_OF_MEMORY,
+        "{name}: limit not enforced locally"
+    );
     let m = c.ok("meminfo");
     assert_eq!(m.u64("total"), 64 * MIB, "{name}");
     assert_eq!(m.u64("free"), 64 * MIB - 8 * MIB - 16 * MIB, "{name}: free");

@@ -84,7 +84,9 @@ fn spawn(sb: &Sandbox, region: &Path, extra: &[(&str, &str)]) -> Client {
 
 impl Client {
     fn read(&mut self) -> String {
-        self.rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("client {} silent; stderr:\n{}", self.pid, self.stderr()))
+        self.rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("client {} silent; stderr:\n{}", self.pid, self.stderr()))
     }
     fn stderr(&self) -> String {
         self.err.lock().unwrap().clone()
@@ -259,7 +261,9 @@ fn memory_held_out_of_sight_is_reconciled_within_half_a_second() {
     a.ok("init");
     a.ok("hidden 0");
     a.ok("alloc 16777216");
-    let t = wait_for("context reconciled", Duration::from_secs(5), || slot_mem(&region, a.pid).context + GRANULE >= CTX_MIB * MIB);
+    let t = wait_for("context reconciled", Duration::from_secs(5), || {
+        slot_mem(&region, a.pid).context + GRANULE >= CTX_MIB * MIB
+    });
     eprintln!("hidden context reconciled {t:?} after the first allocation");
     let m = slot_mem(&region, a.pid);
     assert_split_adds_up(&m);
@@ -277,7 +281,8 @@ fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
     let sb = Sandbox::new("truth_hostpid");
     let r1 = sb.region();
     let r2 = sb.dir.join("region2.cache");
-    let env = [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
+    let env =
+        [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
     let mut cs: Vec<(Client, PathBuf)> = vec![
         (spawn(&sb, &r1, &env), r1.clone()),
         (spawn(&sb, &r1, &env), r1.clone()),

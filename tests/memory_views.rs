@@ -35,8 +35,12 @@ fn assert_views(c: &mut Client, region: &Path, ord: i32, idx: usize, phys: u64, 
         "nvml v2 ({ctx})"
     );
     // Processes: the container's, container PIDs, accounted usage (those with usage on it).
-    let want: BTreeSet<(u32, u64)> =
-        s.live_slots().iter().filter(|sl| sl.used[idx].total > 0).map(|sl| (sl.pid as u32, sl.used[idx].total)).collect();
+    let want: BTreeSet<(u32, u64)> = s
+        .live_slots()
+        .iter()
+        .filter(|sl| sl.used[idx].total > 0)
+        .map(|sl| (sl.pid as u32, sl.used[idx].total))
+        .collect();
     for ver in 1..=3 {
         let r = c.ok(&format!("nvml_procs {idx} {ver}"));
         let got: BTreeSet<(u32, u64)> = r.procs().into_iter().collect();
@@ -65,7 +69,8 @@ fn views_agree_with_each_other_and_the_region() {
     }
     // A tenant of another container on the same GPU (its own region, its own limit): invisible.
     let other_region = sb.dir.join("other.cache");
-    let mut other = client(&sb).region(&other_region).env("CUDA_DEVICE_MEMORY_LIMIT", "4g").env("VGPU_SIM_CTX_MIB", 8).spawn();
+    let mut other =
+        client(&sb).region(&other_region).env("CUDA_DEVICE_MEMORY_LIMIT", "4g").env("VGPU_SIM_CTX_MIB", 8).spawn();
     other.init_ctx(0);
     other.ok(&format!("alloc {}", 1024 * MIB));
 
@@ -137,7 +142,11 @@ fn usage_above_the_limit_gives_zero_free_not_a_wrap() {
         let n = c.ok("nvml_mem 0");
         assert_eq!((n.u64("total1"), n.u64("free1"), n.u64("used1")), (64 * MIB, 0, 64 * MIB), "nvml v1 ({what})");
         assert_eq!(n.u64("free2"), 0, "nvml v2 free ({what})");
-        assert!(n.u64("used2") + n.u64("reserved2") + n.u64("free2") <= n.u64("total2"), "nvml v2 sums ({what}): {}", n.line);
+        assert!(
+            n.u64("used2") + n.u64("reserved2") + n.u64("free2") <= n.u64("total2"),
+            "nvml v2 sums ({what}): {}",
+            n.line
+        );
         let r = c.cmd("alloc 1");
         assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "allocation over the limit ({what})");
         let r = c.cmd(&format!("async {}", MIB));

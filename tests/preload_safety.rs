@@ -11,31 +11,13 @@ fn true_and_shell_run_under_shim() {
     let sb = Sandbox::new("true");
     let o = sb.run("/bin/true").shim_debug().go();
     o.ok();
-    assert!(
-        o.stderr.is_empty(),
-        "/bin/true printed under the shim: {}",
-        o.dump()
-    );
-    let o = sb
-        .run("/bin/sh")
-        .args(["-c", "echo hello; /bin/true && echo ok"])
-        .shim_debug()
-        .go();
+    assert!(o.stderr.is_empty(), "/bin/true printed under the shim: {}", o.dump());
+    let o = sb.run("/bin/sh").args(["-c", "echo hello; /bin/true && echo ok"]).shim_debug().go();
     o.ok();
     assert_eq!(o.stdout, "hello\nok\n", "{}", o.dump());
-    assert!(
-        o.stderr.is_empty(),
-        "sh printed under the shim: {}",
-        o.dump()
-    );
-    assert!(
-        !sb.region().exists(),
-        "region file created by a non-CUDA process"
-    );
-    assert!(
-        !sb.state().exists(),
-        "sim state created by a non-CUDA process (driver was loaded)"
-    );
+    assert!(o.stderr.is_empty(), "sh printed under the shim: {}", o.dump());
+    assert!(!sb.region().exists(), "region file created by a non-CUDA process");
+    assert!(!sb.state().exists(), "sim state created by a non-CUDA process (driver was loaded)");
 }
 
 #[test]
@@ -43,17 +25,9 @@ fn cat_maps_shows_shim_but_no_driver() {
     let sb = Sandbox::new("catmaps");
     let o = sb.run("/bin/cat").arg("/proc/self/maps").shim_debug().go();
     o.ok();
-    assert!(
-        o.stdout.contains("libvgpu.so"),
-        "shim not mapped, test is void: {}",
-        o.dump()
-    );
+    assert!(o.stdout.contains("libvgpu.so"), "shim not mapped, test is void: {}", o.dump());
     for bad in ["libcuda", "libnvidia-ml", "libnvidia_ml"] {
-        assert!(
-            !o.stdout.contains(bad),
-            "{bad} mapped in a non-CUDA process: {}",
-            o.dump()
-        );
+        assert!(!o.stdout.contains(bad), "{bad} mapped in a non-CUDA process: {}", o.dump());
     }
     assert!(!sb.region().exists(), "region file created by cat");
     assert!(!sb.state().exists(), "sim state created by cat");
@@ -67,30 +41,10 @@ fn dlsym_user_without_cuda_loads_nothing_and_starts_no_thread() {
     assert_eq!(base.val("maps_vgpu"), "0");
     let o = sb.run("maps_client").shim_debug().go();
     o.ok();
-    assert_eq!(
-        o.val("maps_vgpu"),
-        "1",
-        "shim not mapped, test is void: {}",
-        o.dump()
-    );
-    assert_eq!(
-        o.val("maps_cuda"),
-        "0",
-        "driver loaded by the shim in a non-CUDA process: {}",
-        o.dump()
-    );
-    assert_eq!(
-        o.val("maps_nvml"),
-        "0",
-        "NVML loaded by the shim in a non-CUDA process: {}",
-        o.dump()
-    );
-    assert_eq!(
-        o.val("threads"),
-        "1",
-        "shim started a thread in a non-CUDA process: {}",
-        o.dump()
-    );
+    assert_eq!(o.val("maps_vgpu"), "1", "shim not mapped, test is void: {}", o.dump());
+    assert_eq!(o.val("maps_cuda"), "0", "driver loaded by the shim in a non-CUDA process: {}", o.dump());
+    assert_eq!(o.val("maps_nvml"), "0", "NVML loaded by the shim in a non-CUDA process: {}", o.dump());
+    assert_eq!(o.val("threads"), "1", "shim started a thread in a non-CUDA process: {}", o.dump());
     assert_eq!(
         base.kv_without(&["maps_vgpu"]),
         o.kv_without(&["maps_vgpu"]),
@@ -98,19 +52,9 @@ fn dlsym_user_without_cuda_loads_nothing_and_starts_no_thread() {
         base.dump(),
         o.dump()
     );
-    assert!(
-        o.hooks().is_empty(),
-        "hooks logged for non-CUDA lookups: {}",
-        o.dump()
-    );
-    assert!(
-        !sb.region().exists(),
-        "region file created by a non-CUDA process"
-    );
-    assert!(
-        !sb.state().exists(),
-        "sim state created by a non-CUDA process"
-    );
+    assert!(o.hooks().is_empty(), "hooks logged for non-CUDA lookups: {}", o.dump());
+    assert!(!sb.region().exists(), "region file created by a non-CUDA process");
+    assert!(!sb.state().exists(), "sim state created by a non-CUDA process");
 }
 
 /// No `libcuda.so.1` anywhere: every program runs as without the shim.
@@ -133,24 +77,9 @@ fn no_driver_anywhere_behaves_like_without_shim() {
     for prog in ["dlsym_client", "cudart_like", "dlclose_reopen"] {
         let base = run(prog, false);
         let shim = run(prog, true);
-        assert_eq!(
-            base.code,
-            Some(2),
-            "baseline {prog} should fail to dlopen: {}",
-            base.dump()
-        );
-        assert_eq!(
-            shim.code,
-            base.code,
-            "{prog}: exit code differs under the shim: {}",
-            shim.dump()
-        );
-        assert_eq!(
-            shim.stdout,
-            base.stdout,
-            "{prog}: stdout differs: {}",
-            shim.dump()
-        );
+        assert_eq!(base.code, Some(2), "baseline {prog} should fail to dlopen: {}", base.dump());
+        assert_eq!(shim.code, base.code, "{prog}: exit code differs under the shim: {}", shim.dump());
+        assert_eq!(shim.stdout, base.stdout, "{prog}: stdout differs: {}", shim.dump());
         assert!(
             shim.stderr.contains("libcuda.so.1"),
             "{prog}: the client's own dlopen message is missing: {}",
@@ -175,24 +104,11 @@ fn no_driver_anywhere_behaves_like_without_shim() {
     assert_eq!(shim.val("dlopen_cuda"), "fail");
     assert_eq!(shim.val("dlopen_nvml"), "fail");
     if shim.val("default_cuInit_found") == "1" {
-        assert_ne!(
-            shim.val("default_cuInit_rc"),
-            "0",
-            "shim cuInit without a driver must fail: {}",
-            shim.dump()
-        );
+        assert_ne!(shim.val("default_cuInit_rc"), "0", "shim cuInit without a driver must fail: {}", shim.dump());
     }
     // Stronger: the shim's own cuInit export must not make CUDA look present.
-    assert_eq!(
-        base.kv(),
-        shim.kv(),
-        "probe differs under the shim without a driver: {}",
-        shim.dump()
-    );
-    assert!(
-        !sb.region().exists(),
-        "region file created although no driver could be loaded"
-    );
+    assert_eq!(base.kv(), shim.kv(), "probe differs under the shim without a driver: {}", shim.dump());
+    assert!(!sb.region().exists(), "region file created although no driver could be loaded");
 }
 
 /// With a driver present, a framework-style probe sees the same as without the shim: in particular
@@ -240,12 +156,7 @@ fn rtld_next_interposer_chain_preserved() {
     assert_eq!(base.val("foo"), "43", "{}", base.dump());
     let shim = rtld_next(&sb, Some(&artifacts().shim));
     shim.ok();
-    assert_eq!(
-        shim.val("foo"),
-        "43",
-        "RTLD_NEXT resolved relative to the shim instead of the caller: {}",
-        shim.dump()
-    );
+    assert_eq!(shim.val("foo"), "43", "RTLD_NEXT resolved relative to the shim instead of the caller: {}", shim.dump());
 }
 
 #[test]
@@ -258,12 +169,7 @@ fn rtld_default_from_local_plugin_preserved() {
     assert_eq!(base.val("main_default_priv"), "0", "{}", base.dump());
     let shim = rtld_default(&sb, Some(&artifacts().shim));
     shim.ok();
-    assert_eq!(
-        base.kv(),
-        shim.kv(),
-        "RTLD_DEFAULT/RTLD_NEXT scope changed by the shim: {}",
-        shim.dump()
-    );
+    assert_eq!(base.kv(), shim.kv(), "RTLD_DEFAULT/RTLD_NEXT scope changed by the shim: {}", shim.dump());
 }
 
 /// Control: the regression tests above do detect a dlsym wrapper that *calls* the real dlsym.
@@ -273,20 +179,10 @@ fn rtld_tests_detect_a_naive_dlsym_wrapper() {
     let naive = artifacts().bin("libnaive_shim.so");
     let o = rtld_next(&sb, Some(&naive));
     o.ok();
-    assert_ne!(
-        o.val("foo"),
-        "43",
-        "naive wrapper not detected: {}",
-        o.dump()
-    );
+    assert_ne!(o.val("foo"), "43", "naive wrapper not detected: {}", o.dump());
     let o = rtld_default(&sb, Some(&naive));
     o.ok();
-    assert_ne!(
-        o.val("plugin_default"),
-        "7",
-        "naive wrapper not detected: {}",
-        o.dump()
-    );
+    assert_ne!(o.val("plugin_default"), "7", "naive wrapper not detected: {}", o.dump());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,19 +204,10 @@ fn dlclose_and_reopen_works_under_shim() {
         shim.dump()
     );
     let h = shim.hooks();
-    assert_eq!(
-        h.get("cuMemAlloc_v2"),
-        Some(&2),
-        "both rounds' allocations hooked: {h:?}"
-    );
+    assert_eq!(h.get("cuMemAlloc_v2"), Some(&2), "both rounds' allocations hooked: {h:?}");
     assert_eq!(h.get("cuMemFree_v2"), Some(&2), "{h:?}");
     // The shim holds the driver open (RTLD_NODELETE), so it stays mapped after the app's dlclose.
-    assert_eq!(
-        shim.val("info_mapped_after_dlclose"),
-        "1",
-        "{}",
-        shim.dump()
-    );
+    assert_eq!(shim.val("info_mapped_after_dlclose"), "1", "{}", shim.dump());
     let c = sb.counts();
     assert_eq!(c.get("cuMemAlloc_v2"), Some(&2), "{c:?}");
 }
@@ -344,11 +231,7 @@ fn pointer_from_before_dlclose_still_works_under_shim() {
 fn shim_opens_driver_with_rtld_nodelete() {
     let a = artifacts();
     let sb = Sandbox::new("nodelete");
-    let preload = format!(
-        "{}:{}",
-        a.bin("libdlopen_spy.so").display(),
-        a.shim.display()
-    );
+    let preload = format!("{}:{}", a.bin("libdlopen_spy.so").display(), a.shim.display());
     let o = sb.run("dlclose_reopen").env("LD_PRELOAD", preload).go();
     o.ok();
     let spy: Vec<(&str, u32, &str)> = o
@@ -362,8 +245,7 @@ fn shim_opens_driver_with_rtld_nodelete() {
         })
         .collect();
     assert!(
-        spy.iter()
-            .any(|(n, _, c)| *c == "dlclose_reopen" && n.contains("libcuda.so.1")),
+        spy.iter().any(|(n, _, c)| *c == "dlclose_reopen" && n.contains("libcuda.so.1")),
         "spy saw no application dlopen, test is void: {spy:?}\n{}",
         o.dump()
     );
@@ -372,14 +254,8 @@ fn shim_opens_driver_with_rtld_nodelete() {
         // The release artifact's engine (libvgpu-engine.so) opens the driver for the first stage.
         .filter(|(n, _, c)| (*c == "libvgpu.so" || *c == "libvgpu-engine.so") && n.contains("libcuda"))
         .collect();
-    assert!(
-        !by_shim.is_empty(),
-        "the shim never dlopen()ed the driver: {spy:?}"
-    );
+    assert!(!by_shim.is_empty(), "the shim never dlopen()ed the driver: {spy:?}");
     for (n, f, _) in &by_shim {
-        assert!(
-            f & (libc::RTLD_NODELETE as u32) != 0,
-            "shim opened {n} without RTLD_NODELETE (flags {f:#x})"
-        );
+        assert!(f & (libc::RTLD_NODELETE as u32) != 0, "shim opened {n} without RTLD_NODELETE (flags {f:#x})");
     }
 }

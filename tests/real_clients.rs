@@ -31,10 +31,7 @@ fn py<'a>(sb: &'a Sandbox, script: &str) -> Run<'a> {
 }
 
 fn c_client<'a>(sb: &'a Sandbox) -> Run<'a> {
-    sb.run(limit_client())
-        .shim(true)
-        .env("CUDA_DEVICE_MEMORY_LIMIT", format!("{LIMIT_MIB}m"))
-        .timeout_secs(60)
+    sb.run(limit_client()).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", format!("{LIMIT_MIB}m")).timeout_secs(60)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -48,12 +45,7 @@ fn cuda_bindings_without_shim_sees_the_whole_device() {
     let out = py(&sb, "cuda_client.py").arg("init").shim(false).go();
     out.ok();
     expect(&out, "init", CUDA_SUCCESS);
-    assert_eq!(
-        u64_of(&out, "primary.total"),
-        SIM_MIB * MIB,
-        "{}",
-        out.dump()
-    );
+    assert_eq!(u64_of(&out, "primary.total"), SIM_MIB * MIB, "{}", out.dump());
 }
 
 /// cuInit, driver version, device, primary context and cuCtxCreate; cuMemGetInfo reports the limit
@@ -63,40 +55,18 @@ fn cuda_bindings_init_contexts_and_meminfo() {
     let sb = Sandbox::new("rc-cb-init");
     let out = py(&sb, "cuda_client.py").arg("init").go();
     out.ok();
-    for k in [
-        "init",
-        "primary_ctx_retain",
-        "ctx_set_current",
-        "ctx_create",
-        "ctx_destroy",
-        "primary_ctx_release",
-    ] {
+    for k in ["init", "primary_ctx_retain", "ctx_set_current", "ctx_create", "ctx_destroy", "primary_ctx_release"] {
         expect(&out, k, CUDA_SUCCESS);
     }
     expect(&out, "driver_version", "12090");
     expect(&out, "device_count", "1");
     expect(&out, "primary_is_current", "1");
     assert!(!out.val("device_name").is_empty());
-    assert_eq!(
-        u64_of(&out, "primary.total"),
-        LIMIT,
-        "cuMemGetInfo total (primary ctx)\n{}",
-        out.dump()
-    );
-    assert_eq!(
-        u64_of(&out, "created.total"),
-        LIMIT,
-        "cuMemGetInfo total (cuCtxCreate ctx)\n{}",
-        out.dump()
-    );
+    assert_eq!(u64_of(&out, "primary.total"), LIMIT, "cuMemGetInfo total (primary ctx)\n{}", out.dump());
+    assert_eq!(u64_of(&out, "created.total"), LIMIT, "cuMemGetInfo total (cuCtxCreate ctx)\n{}", out.dump());
     assert!(u64_of(&out, "primary.free") <= LIMIT, "{}", out.dump());
     assert!(u64_of(&out, "created.free") <= LIMIT, "{}", out.dump());
-    assert_eq!(
-        u64_of(&out, "device_total_mem"),
-        LIMIT,
-        "cuDeviceTotalMem must show the same view\n{}",
-        out.dump()
-    );
+    assert_eq!(u64_of(&out, "device_total_mem"), LIMIT, "cuDeviceTotalMem must show the same view\n{}", out.dump());
     expect(&out, "done", "1");
     out.assert_no_shim_errors();
 }
@@ -114,35 +84,18 @@ fn cuda_bindings_allocate_to_the_limit_then_oom() {
     assert!(free0 > 0 && free0 <= LIMIT, "free0={free0}\n{}", out.dump());
     expect(&out, "big_alloc", CUDA_ERROR_OUT_OF_MEMORY);
     expect(&out, "filled_to_limit", "1");
-    assert!(
-        u64_of(&out, "free_full") < 2 * MIB,
-        "cuMemGetInfo free after filling\n{}",
-        out.dump()
-    );
+    assert!(u64_of(&out, "free_full") < 2 * MIB, "cuMemGetInfo free after filling\n{}", out.dump());
     expect(&out, "next_alloc", CUDA_ERROR_OUT_OF_MEMORY);
     expect(&out, "free_one", CUDA_SUCCESS);
     expect(&out, "realloc", CUDA_SUCCESS);
     expect(&out, "free_all", CUDA_SUCCESS);
-    assert_eq!(
-        u64_of(&out, "free_after"),
-        free0,
-        "frees return the memory\n{}",
-        out.dump()
-    );
+    assert_eq!(u64_of(&out, "free_after"), free0, "frees return the memory\n{}", out.dump());
     expect(&out, "alloc_free0_again", CUDA_SUCCESS);
     // The region (what the monitor reads) saw the allocations and the frees.
     let r0 = u64_of(&out, "region_used0");
     let rfull = u64_of(&out, "region_used_full");
-    assert!(
-        rfull >= r0 + free0,
-        "region used[0].total {r0} -> {rfull}, allocated {free0}\n{}",
-        out.dump()
-    );
-    assert!(
-        rfull <= LIMIT,
-        "the region never shows more than the limit: {rfull}\n{}",
-        out.dump()
-    );
+    assert!(rfull >= r0 + free0, "region used[0].total {r0} -> {rfull}, allocated {free0}\n{}", out.dump());
+    assert!(rfull <= LIMIT, "the region never shows more than the limit: {rfull}\n{}", out.dump());
     assert_eq!(u64_of(&out, "region_used_after"), r0, "{}", out.dump());
     expect(&out, "done", "1");
     out.assert_no_shim_errors();
@@ -160,9 +113,7 @@ fn cuda_bindings_async_and_managed_allocations_are_counted() {
     }
     let within = |key: &str, mib: u64| {
         let v = out.val(key);
-        let n: u64 = v
-            .parse()
-            .unwrap_or_else(|_| panic!("`{key}`={v} (region slot missing?)\n{}", out.dump()));
+        let n: u64 = v.parse().unwrap_or_else(|_| panic!("`{key}`={v} (region slot missing?)\n{}", out.dump()));
         assert!(
             n >= mib * MIB && n <= mib * MIB + 2 * MIB,
             "`{key}`={n}, expected {mib} MiB (+ rounding)\n{}",
@@ -186,37 +137,16 @@ fn cuda_bindings_async_and_managed_allocations_are_counted() {
 #[test]
 fn cuda_bindings_module_and_kernel_launch() {
     let sb = Sandbox::new("rc-cb-module");
-    let out = py(&sb, "cuda_client.py")
-        .arg("module")
-        .env("LIBCUDA_LOG_LEVEL", "4")
-        .go();
+    let out = py(&sb, "cuda_client.py").arg("module").env("LIBCUDA_LOG_LEVEL", "4").go();
     out.ok();
-    for k in [
-        "module_load",
-        "get_function",
-        "launch",
-        "stream_sync",
-        "ctx_sync",
-        "htod",
-        "dtoh",
-        "module_unload",
-    ] {
+    for k in ["module_load", "get_function", "launch", "stream_sync", "ctx_sync", "htod", "dtoh", "module_unload"] {
         expect(&out, k, CUDA_SUCCESS);
     }
     expect(&out, "launches", "8");
     expect(&out, "roundtrip", "1");
     out.assert_hooked(&["cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2"]);
-    let launched: u64 = sb
-        .counts()
-        .iter()
-        .filter(|(k, _)| k.starts_with("cuLaunchKernel"))
-        .map(|(_, v)| v)
-        .sum();
-    assert!(
-        launched >= 8,
-        "the simulated driver saw {launched} launches: {:?}",
-        sb.counts()
-    );
+    let launched: u64 = sb.counts().iter().filter(|(k, _)| k.starts_with("cuLaunchKernel")).map(|(_, v)| v).sum();
+    assert!(launched >= 8, "the simulated driver saw {launched} launches: {:?}", sb.counts());
     out.assert_no_shim_errors();
 }
 
@@ -227,8 +157,7 @@ const UUID0: &str = "GPU-5e1a0c3b-7d2f-4a6e-9b1c-0123456789ab";
 const UUID1: &str = "GPU-5e1a0c3b-7d2f-4a6e-9b1c-0123456789ac";
 
 fn sim_env(r: Run<'_>) -> Run<'_> {
-    r.env("VGPU_SIM_DEVICES", "2")
-        .env("VGPU_SIM_UUIDS", format!("{UUID0},{UUID1}"))
+    r.env("VGPU_SIM_DEVICES", "2").env("VGPU_SIM_UUIDS", format!("{UUID0},{UUID1}"))
 }
 
 /// Device count, names and UUIDs; nvmlDeviceGetMemoryInfo v1 and v2 show each device's container
@@ -277,29 +206,16 @@ fn pynvml_devices_memory_and_processes() {
                 let used = u64_of(&out, &format!("d{d}.{v}.used"));
                 let free = u64_of(&out, &format!("d{d}.{v}.free"));
                 assert_eq!(total, limit, "d{d} {v} total\n{}", out.dump());
-                assert!(
-                    used <= total && free <= total - used,
-                    "d{d} {v}: used {used} free {free}\n{}",
-                    out.dump()
-                );
+                assert!(used <= total && free <= total - used, "d{d} {v}: used {used} free {free}\n{}", out.dump());
                 if d == 0 {
                     assert!(
                         used >= 300 * MIB,
                         "d0 {v}: used {used} must include this process's 300 MiB\n{}",
                         out.dump()
                     );
-                    assert!(
-                        used < 2048 * MIB,
-                        "d0 {v}: used {used} includes the outside process\n{}",
-                        out.dump()
-                    );
+                    assert!(used < 2048 * MIB, "d0 {v}: used {used} includes the outside process\n{}", out.dump());
                 } else {
-                    assert_eq!(
-                        used,
-                        0,
-                        "d1 {v}: the container has no usage on device 1\n{}",
-                        out.dump()
-                    );
+                    assert_eq!(used, 0, "d1 {v}: the container has no usage on device 1\n{}", out.dump());
                 }
             }
             if d == 0 {
@@ -331,13 +247,7 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
     let sb = Sandbox::new(name);
     let ready = sb.dir.join("holder.ready");
     let go = sb.dir.join("holder.go");
-    let run = |python: bool| -> Run<'_> {
-        if python {
-            py(&sb, "cuda_client.py").arg("steps")
-        } else {
-            c_client(&sb)
-        }
-    };
+    let run = |python: bool| -> Run<'_> { if python { py(&sb, "cuda_client.py").arg("steps") } else { c_client(&sb) } };
     std::thread::scope(|s| {
         let holder = s.spawn(|| {
             run(holder_is_python)
@@ -353,13 +263,7 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
         wait_file(&ready, 90);
         let region = Region::read(&sb.region()).expect("region file exists while the holder runs");
         let asker = run(!holder_is_python)
-            .args([
-                "info",
-                &format!("alloc:{HOLD_MIB}"),
-                "alloc:free",
-                "alloc:2",
-                "free_all",
-            ])
+            .args(["info", &format!("alloc:{HOLD_MIB}"), "alloc:free", "alloc:2", "free_all"])
             .go();
         // Region as the monitor sees it while both hold memory (before the asker's free_all ran
         // it is gone, so only the holder is checked here).
@@ -370,11 +274,7 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
         asker.ok();
         assert_eq!(u64_of(&asker, "s0.total"), LIMIT, "{}", asker.dump());
         let free = u64_of(&asker, "s0.free");
-        assert!(
-            free > 0,
-            "nothing left for the second process: {}",
-            asker.dump()
-        );
+        assert!(free > 0, "nothing left for the second process: {}", asker.dump());
         assert!(
             free <= LIMIT - HOLD_MIB * MIB,
             "the second process sees free={free} while the first holds {HOLD_MIB} MiB\n{}",
@@ -384,20 +284,9 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
         expect(&asker, "s2.alloc", "0");
         expect(&asker, "s3.alloc", OOM);
         let used = region.container_used(0);
-        assert!(
-            (HOLD_MIB * MIB..=LIMIT).contains(&used),
-            "region container usage {used}: {}",
-            region.describe()
-        );
+        assert!((HOLD_MIB * MIB..=LIMIT).contains(&used), "region container usage {used}: {}", region.describe());
         let hpid: i32 = h.val("pid").parse().unwrap();
-        assert!(
-            region
-                .live()
-                .iter()
-                .any(|s| s.pid == hpid && s.data(0) >= HOLD_MIB * MIB),
-            "{}",
-            region.describe()
-        );
+        assert!(region.live().iter().any(|s| s.pid == hpid && s.data(0) >= HOLD_MIB * MIB), "{}", region.describe());
     });
     // The holder is gone: its memory is back.
     let after = run_after(&sb, holder_is_python);
@@ -405,11 +294,7 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
 }
 
 fn run_after(sb: &Sandbox, python: bool) -> Out {
-    let r = if python {
-        py(sb, "cuda_client.py").arg("steps")
-    } else {
-        c_client(sb)
-    };
+    let r = if python { py(sb, "cuda_client.py").arg("steps") } else { c_client(sb) };
     let out = r.args(["alloc:600"]).go();
     out.ok();
     out

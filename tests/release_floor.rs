@@ -42,14 +42,8 @@ const REQUIRED: &[&str] = &[
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
 ];
-const ALLOWED_NEEDED: &[&str] = &[
-    "libc.so.6",
-    "ld-linux-x86-64.so.2",
-    "libpthread.so.0",
-    "libdl.so.2",
-    "libm.so.6",
-    "librt.so.1",
-];
+const ALLOWED_NEEDED: &[&str] =
+    &["libc.so.6", "ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1"];
 
 /// The artifact and its floor, or None (after deciding between SKIP and FAIL).
 fn artifact() -> Option<(PathBuf, String)> {
@@ -60,25 +54,18 @@ fn artifact() -> Option<(PathBuf, String)> {
             let f = p.with_file_name("FLOOR");
             (p, f)
         }
-        None => (
-            root.join("target/release-floor/libvgpu.so"),
-            root.join("target/release-floor/FLOOR"),
-        ),
+        None => (root.join("target/release-floor/libvgpu.so"), root.join("target/release-floor/FLOOR")),
     };
     if !so.exists() {
-        let msg = format!(
-            "\n######## release artifact {} missing: run ci/release.sh first ########",
-            so.display()
-        );
+        let msg = format!("\n######## release artifact {} missing: run ci/release.sh first ########", so.display());
         if std::env::var_os("CI").is_some() {
             panic!("{msg} (CI is set: the test command must build it)");
         }
         eprintln!("{msg}\n######## SKIP (CI not set) ########\n");
         return None;
     }
-    let floor = std::fs::read_to_string(&floor_file)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| WANT_FLOOR.into());
+    let floor =
+        std::fs::read_to_string(&floor_file).map(|s| s.trim().to_string()).unwrap_or_else(|_| WANT_FLOOR.into());
     Some((so, floor))
 }
 
@@ -108,9 +95,7 @@ fn release_floor_glibc_needed_and_exports() {
             "release artifact was built for glibc {floor}, not {WANT_FLOOR} (ci/release.sh fell back); \
              set VGPU_ACCEPT_GLIBC_FLOOR={floor} to accept"
         );
-        eprintln!(
-            "### WARNING: release artifact floor is glibc {floor}, accepted by VGPU_ACCEPT_GLIBC_FLOOR"
-        );
+        eprintln!("### WARNING: release artifact floor is glibc {floor}, accepted by VGPU_ACCEPT_GLIBC_FLOOR");
     }
     // 1. Highest GLIBC_ version.
     let t = tool("objdump", &[std::ffi::OsStr::new("-T"), so.as_os_str()]);
@@ -127,27 +112,17 @@ fn release_floor_glibc_needed_and_exports() {
         "{} requires GLIBC_{max} > floor {floor}: {:?}\n{}",
         so.display(),
         versions,
-        t.lines()
-            .filter(|l| l.contains(&format!("GLIBC_{max}")))
-            .collect::<Vec<_>>()
-            .join("\n")
+        t.lines().filter(|l| l.contains(&format!("GLIBC_{max}"))).collect::<Vec<_>>().join("\n")
     );
     // 2. NEEDED.
     let d = tool("readelf", &[std::ffi::OsStr::new("-d"), so.as_os_str()]);
     let needed: Vec<String> = d
         .lines()
         .filter(|l| l.contains("(NEEDED)"))
-        .filter_map(|l| {
-            l.split('[')
-                .nth(1)
-                .map(|s| s.trim_end_matches(']').to_string())
-        })
+        .filter_map(|l| l.split('[').nth(1).map(|s| s.trim_end_matches(']').to_string()))
         .collect();
     for n in &needed {
-        assert!(
-            ALLOWED_NEEDED.contains(&n.as_str()),
-            "NEEDED {n} is not allowed (all: {needed:?})"
-        );
+        assert!(ALLOWED_NEEDED.contains(&n.as_str()), "NEEDED {n} is not allowed (all: {needed:?})");
     }
     assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
     // 3. Exports.
@@ -162,10 +137,7 @@ fn release_floor_glibc_needed_and_exports() {
                 || (s.starts_with("nvml") && s[4..].starts_with(|c: char| c.is_ascii_uppercase())))
         })
         .collect();
-    assert!(
-        odd.is_empty(),
-        "unexpected exports (not dlsym/cu*/nvml*): {odd:?}"
-    );
+    assert!(odd.is_empty(), "unexpected exports (not dlsym/cu*/nvml*): {odd:?}");
     // Same surface as the native build of this tree (only meaningful when both are fresh: CI).
     let native = dyn_exports(&artifacts().shim);
     if native != ex {
@@ -213,27 +185,11 @@ fn release_floor_artifact_works_preloaded() {
     assert_eq!(r.magic(), MAGIC);
     assert_eq!(r.limit(0), 512 * MIB, "{}", r.describe());
 
-    let sh = sb
-        .run("/bin/sh")
-        .env("LD_PRELOAD", &so)
-        .args(["-c", "ls / >/dev/null && cat /proc/self/maps"])
-        .go();
+    let sh = sb.run("/bin/sh").env("LD_PRELOAD", &so).args(["-c", "ls / >/dev/null && cat /proc/self/maps"]).go();
     sh.ok();
-    assert!(
-        sh.stderr.is_empty(),
-        "a non-CUDA process printed: {}",
-        sh.dump()
-    );
-    assert!(
-        sh.stdout.contains("libvgpu.so"),
-        "not preloaded: {}",
-        sh.dump()
-    );
-    assert!(
-        !sh.stdout.contains("libcuda"),
-        "a non-CUDA process loaded the driver: {}",
-        sh.dump()
-    );
+    assert!(sh.stderr.is_empty(), "a non-CUDA process printed: {}", sh.dump());
+    assert!(sh.stdout.contains("libvgpu.so"), "not preloaded: {}", sh.dump());
+    assert!(!sh.stdout.contains("libcuda"), "a non-CUDA process loaded the driver: {}", sh.dump());
 }
 
 // --- what every process pays, pinned ----------------------------------------------------------

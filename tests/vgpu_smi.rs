@@ -24,17 +24,12 @@ fn smi() -> &'static Path {
         let a = artifacts();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(&a.root)
-            .args(["build", "-p", "vgpu-smi", "--target-dir"])
-            .arg(a.profile_dir.parent().unwrap());
+        cmd.current_dir(&a.root).args(["build", "-p", "vgpu-smi", "--target-dir"]).arg(a.profile_dir.parent().unwrap());
         if a.release {
             cmd.arg("--release");
         }
         cmd.env_remove("LD_PRELOAD");
-        assert!(
-            cmd.status().expect("cargo build -p vgpu-smi").success(),
-            "building vgpu-smi failed"
-        );
+        assert!(cmd.status().expect("cargo build -p vgpu-smi").success(), "building vgpu-smi failed");
         a.profile_dir.join("vgpu-smi")
     })
 }
@@ -42,11 +37,7 @@ fn smi() -> &'static Path {
 /// vgpu-smi with the sandbox env (CUDA_DEVICE_MEMORY_SHARED_CACHE = the sandbox region) and no
 /// driver on the library path: it must not need one.
 fn run_smi(sb: &Sandbox, args: &[&str]) -> Out {
-    sb.run(smi())
-        .args(args.iter().copied())
-        .ld_library_path(None)
-        .timeout_secs(20)
-        .go()
+    sb.run(smi()).args(args.iter().copied()).ld_library_path(None).timeout_secs(20).go()
 }
 
 /// Runs smi_check.py over a JSON document; returns how many regions it checked.
@@ -54,23 +45,14 @@ fn run_smi(sb: &Sandbox, args: &[&str]) -> Out {
 fn check_json(sb: &Sandbox, json: &str) -> usize {
     let f = sb.dir.join(format!("smi-{}.json", json.len()));
     std::fs::write(&f, json).unwrap();
-    let o = Command::new(python())
-        .arg(py_file("smi_check.py"))
-        .arg(&f)
-        .output()
-        .unwrap();
+    let o = Command::new(python()).arg(py_file("smi_check.py")).arg(&f).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
         "vgpu-smi JSON disagrees with the region reader:\n{out}{}\n{json}",
         String::from_utf8_lossy(&o.stderr)
     );
-    out.lines()
-        .find_map(|l| l.strip_prefix("checked="))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    out.lines().find_map(|l| l.strip_prefix("checked=")).unwrap().trim().parse().unwrap()
 }
 
 /// Value of `"key":<number>` at its first occurrence after `after` (a tiny reader for assertions;
@@ -101,14 +83,8 @@ fn prom_samples(text: &str) -> Vec<(String, String, f64)> {
             let (name, rest) = l.split_at(l.find('{').unwrap_or_else(|| panic!("no labels: {l}")));
             let close = rest.rfind('}').unwrap();
             assert!(name.starts_with("vgpu_"), "{l}");
-            assert!(
-                helped.contains(name) && typed.contains(name),
-                "sample before HELP/TYPE: {l}"
-            );
-            let v: f64 = rest[close + 1..]
-                .trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("value: {l}"));
+            assert!(helped.contains(name) && typed.contains(name), "sample before HELP/TYPE: {l}");
+            let v: f64 = rest[close + 1..].trim().parse().unwrap_or_else(|_| panic!("value: {l}"));
             out.push((name.to_string(), rest[..=close].to_string(), v));
         }
     }
@@ -116,9 +92,7 @@ fn prom_samples(text: &str) -> Vec<(String, String, f64)> {
 }
 
 fn prom_get(s: &[(String, String, f64)], name: &str, label_part: &str) -> Option<f64> {
-    s.iter()
-        .find(|(n, l, _)| n == name && l.contains(label_part))
-        .map(|x| x.2)
+    s.iter().find(|(n, l, _)| n == name && l.contains(label_part)).map(|x| x.2)
 }
 
 /// Runs `f` while a shimmed client holds `hold_mib` under a `limit_mib` limit (after one refused
@@ -134,12 +108,7 @@ fn with_holder<R>(sb: &Sandbox, region: &Path, limit_mib: u64, hold_mib: u64, f:
                 .env("CUDA_DEVICE_MEMORY_LIMIT", format!("{limit_mib}m"))
                 .env("CUDA_DEVICE_SM_LIMIT", "40")
                 .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", region)
-                .args([
-                    "info".to_string(),
-                    "alloc:1100".into(),
-                    format!("alloc:{hold_mib}"),
-                    "pid".into(),
-                ])
+                .args(["info".to_string(), "alloc:1100".into(), format!("alloc:{hold_mib}"), "pid".into()])
                 .arg(format!("touch:{}", ready.display()))
                 .arg(format!("wait:{}", go.display()))
                 .arg("free_all")
@@ -174,35 +143,18 @@ fn container_view_table_json_prometheus_match_the_region() {
         let j = run_smi(&sb, &["--json"]);
         j.ok();
         assert_eq!(check_json(&sb, &j.stdout), 1, "{}", j.stdout);
-        assert!(
-            j.stdout
-                .starts_with("{\"schema\":\"vgpu-smi\",\"version\":1,\"mode\":\"container\""),
-            "{}",
-            j.stdout
-        );
+        assert!(j.stdout.starts_with("{\"schema\":\"vgpu-smi\",\"version\":1,\"mode\":\"container\""), "{}", j.stdout);
         assert_eq!(json_num(&j.stdout, "\"devices\"", "memory_used_bytes"), Some(used));
-        assert_eq!(
-            json_num(&j.stdout, "\"devices\"", "memory_limit_bytes"),
-            Some(1024 * MIB)
-        );
+        assert_eq!(json_num(&j.stdout, "\"devices\"", "memory_limit_bytes"), Some(1024 * MIB));
         assert_eq!(json_num(&j.stdout, "\"devices\"", "sm_limit_percent"), Some(40));
         // §3: the refused 1100 MiB allocation is counted.
         assert_eq!(
-            json_num(
-                &j.stdout,
-                "\"counters\":{\"allocation_refusals\"",
-                "allocation_refusals"
-            ),
+            json_num(&j.stdout, "\"counters\":{\"allocation_refusals\"", "allocation_refusals"),
             Some(1),
             "{}",
             j.stdout
         );
-        assert_eq!(
-            json_num(&j.stdout, "\"allocation_refusals\"", "refused_bytes"),
-            Some(1100 * MIB),
-            "{}",
-            j.stdout
-        );
+        assert_eq!(json_num(&j.stdout, "\"allocation_refusals\"", "refused_bytes"), Some(1100 * MIB), "{}", j.stdout);
         assert!(j.stdout.contains(&format!("\"pid\":{pid},")), "{}", j.stdout);
 
         // Table: nvidia-smi-like, human units, the process row.
@@ -220,36 +172,19 @@ fn container_view_table_json_prometheus_match_the_region() {
         assert!(row.trim_end().ends_with("running"), "{row}");
         // Columns line up: the header's "Used" ends where each device row's used cell ends.
         let lines: Vec<&str> = t.stdout.lines().collect();
-        let hi = lines
-            .iter()
-            .position(|l| l.contains("Dev") && l.contains("UUID"))
-            .unwrap();
-        assert_eq!(
-            lines[hi].len(),
-            lines[hi + 1].len(),
-            "rule under the header: {}",
-            t.stdout
-        );
+        let hi = lines.iter().position(|l| l.contains("Dev") && l.contains("UUID")).unwrap();
+        assert_eq!(lines[hi].len(), lines[hi + 1].len(), "rule under the header: {}", t.stdout);
 
         // Prometheus.
         let p = run_smi(&sb, &["--prometheus"]);
         p.ok();
         let s = prom_samples(&p.stdout);
         let dl = format!("device_uuid=\"{GPU_UUID}\"");
-        assert_eq!(
-            prom_get(&s, "vgpu_memory_used_bytes", &dl),
-            Some(used as f64),
-            "{}",
-            p.stdout
-        );
+        assert_eq!(prom_get(&s, "vgpu_memory_used_bytes", &dl), Some(used as f64), "{}", p.stdout);
         assert_eq!(prom_get(&s, "vgpu_memory_limit_bytes", &dl), Some((1024 * MIB) as f64));
         assert_eq!(prom_get(&s, "vgpu_allocation_refusals_total", &dl), Some(1.0));
         assert_eq!(prom_get(&s, "vgpu_processes", "container=\"\""), Some(1.0));
-        assert!(
-            p.stdout.contains("pod_uid=\"\",container=\"\",device_uuid="),
-            "{}",
-            p.stdout
-        );
+        assert!(p.stdout.contains("pod_uid=\"\",container=\"\",device_uuid="), "{}", p.stdout);
     });
     assert_eq!(holder.val("s1.alloc"), OOM, "{}", holder.dump());
     // After exit: the region stays; no processes; counters keep their values (monotonic).
@@ -257,10 +192,7 @@ fn container_view_table_json_prometheus_match_the_region() {
     j.ok();
     check_json(&sb, &j.stdout);
     assert!(j.stdout.contains("\"processes\":[]"), "{}", j.stdout);
-    assert_eq!(
-        json_num(&j.stdout, "\"allocation_refusals\"", "allocation_refusals"),
-        Some(1)
-    );
+    assert_eq!(json_num(&j.stdout, "\"allocation_refusals\"", "allocation_refusals"), Some(1));
 }
 
 #[test]
@@ -280,9 +212,8 @@ fn no_region_and_no_data_yet() {
     b[64..64 + GPU_UUID.len()].copy_from_slice(GPU_UUID.as_bytes());
     b[1600..1608].copy_from_slice(&(2u64 << 30).to_le_bytes()); // limit[0]
     b[1728..1736].copy_from_slice(&100u64.to_le_bytes()); // sm_limit[0]
-    for (k, (pid, status, total)) in [(4242i32, 1i32, 100 * MIB), (4243, 0, 50 * MIB), (4244, 2, 7 * MIB)]
-        .iter()
-        .enumerate()
+    for (k, (pid, status, total)) in
+        [(4242i32, 1i32, 100 * MIB), (4243, 0, 50 * MIB), (4244, 2, 7 * MIB)].iter().enumerate()
     {
         let s = 1856 + 1960 * k;
         b[s..s + 4].copy_from_slice(&pid.to_le_bytes());
@@ -302,26 +233,14 @@ fn no_region_and_no_data_yet() {
         j.stdout
     );
     assert!(j.stdout.contains("\"extension\":false"), "{}", j.stdout);
-    assert!(
-        j.stdout.contains("\"counters\":null"),
-        "no data yet must not read as 0: {}",
-        j.stdout
-    );
+    assert!(j.stdout.contains("\"counters\":null"), "no data yet must not read as 0: {}", j.stdout);
     let t = run_smi(&sb, &[]);
     t.ok();
     let dev_row = t.stdout.lines().find(|l| l.contains(GPU_UUID)).unwrap();
     assert!(dev_row.trim_end().ends_with('-'), "counters shown as '-': {dev_row}");
-    assert!(
-        t.stdout.contains("exited"),
-        "pid 4242 does not exist here: {}",
-        t.stdout
-    );
+    assert!(t.stdout.contains("exited"), "pid 4242 does not exist here: {}", t.stdout);
     let p = run_smi(&sb, &["--prometheus"]);
-    assert!(
-        !p.stdout.contains("vgpu_allocation_refusals_total"),
-        "no data → no counter samples: {}",
-        p.stdout
-    );
+    assert!(!p.stdout.contains("vgpu_allocation_refusals_total"), "no data → no counter samples: {}", p.stdout);
     assert_eq!(std::fs::read(sb.region()).unwrap(), b, "viewing wrote the region");
 }
 
@@ -378,11 +297,7 @@ fn node_view_over_container_dirs() {
             "stray-file",
         ]
         .iter()
-        .map(|n| {
-            j.stdout
-                .find(&format!("/{n}"))
-                .unwrap_or_else(|| panic!("{n} missing: {}", j.stdout))
-        })
+        .map(|n| j.stdout.find(&format!("/{n}")).unwrap_or_else(|| panic!("{n} missing: {}", j.stdout)))
         .collect();
         assert!(order[..6].windows(2).all(|w| w[0] < w[1]), "not sorted: {order:?}");
         for (frag, why) in [
@@ -397,24 +312,11 @@ fn node_view_over_container_dirs() {
             let entry = &j.stdout[i..i + j.stdout[i..].find('}').unwrap()];
             assert!(entry.contains(why), "{frag}: want {why:?} in {entry}");
         }
-        assert!(
-            !j.stdout.contains("libvgpu.so\""),
-            "the library placeholder is not a region: {}",
-            j.stdout
-        );
-        assert!(
-            j.stdout.contains("\"pod_uid\":\"pod-a\",\"container\":\"main\""),
-            "{}",
-            j.stdout
-        );
+        assert!(!j.stdout.contains("libvgpu.so\""), "the library placeholder is not a region: {}", j.stdout);
+        assert!(j.stdout.contains("\"pod_uid\":\"pod-a\",\"container\":\"main\""), "{}", j.stdout);
 
         // Default root from HOOK_PATH; the table has one block per container.
-        let t = sb
-            .run(smi())
-            .arg("--node")
-            .env("HOOK_PATH", &root)
-            .ld_library_path(None)
-            .go();
+        let t = sb.run(smi()).arg("--node").env("HOOK_PATH", &root).ld_library_path(None).go();
         t.ok();
         assert_eq!(t.stdout.matches("pod pod-").count(), 6, "{}", t.stdout);
         assert_eq!(t.stdout.matches("UNUSABLE").count(), 6, "{}", t.stdout);
@@ -424,20 +326,12 @@ fn node_view_over_container_dirs() {
         p.ok();
         let s = prom_samples(&p.stdout);
         let a_used = Region::read(&a_region).unwrap().container_used(0);
-        assert_eq!(
-            prom_get(&s, "vgpu_memory_used_bytes", "pod_uid=\"pod-a\",container=\"main\""),
-            Some(a_used as f64)
-        );
+        assert_eq!(prom_get(&s, "vgpu_memory_used_bytes", "pod_uid=\"pod-a\",container=\"main\""), Some(a_used as f64));
         assert_eq!(
             prom_get(&s, "vgpu_memory_limit_bytes", "pod_uid=\"pod-b\",container=\"side\""),
             Some((2u64 << 30) as f64)
         );
-        assert_eq!(
-            s.iter().filter(|x| x.0 == "vgpu_region_unusable").count(),
-            6,
-            "{}",
-            p.stdout
-        );
+        assert_eq!(s.iter().filter(|x| x.0 == "vgpu_region_unusable").count(), 6, "{}", p.stdout);
     });
 
     // A region another user cannot read (mode 0600, root's): listed with the reason, not a crash.
@@ -463,10 +357,7 @@ fn node_view_over_container_dirs() {
         assert_eq!(o.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&o.stderr));
         let i = out.find("pod-g_secret/s.cache").unwrap_or_else(|| panic!("{out}"));
         let entry = &out[i..i + out[i..].find('}').unwrap()];
-        assert!(
-            entry.contains("cannot open") && entry.contains("ermission denied"),
-            "{entry}"
-        );
+        assert!(entry.contains("cannot open") && entry.contains("ermission denied"), "{entry}");
         assert!(
             out.contains("\"pod_uid\":\"pod-b\"") && out.contains("\"memory_limit_bytes\":2147483648"),
             "the others still shown: {out}"
@@ -500,34 +391,20 @@ fn watch_repeats() {
 fn control_verbs() {
     let sb = Sandbox::new("smi-control");
     let region = sb.region();
-    sb.run(limit_client())
-        .shim(true)
-        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
-        .args(["alloc:1"])
-        .go()
-        .ok();
+    sb.run(limit_client()).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", "1g").args(["alloc:1"]).go().ok();
     let r = || Region::read(&region).unwrap();
     let rk = |r: &Region| i32::from_le_bytes(r.bytes[2_008_904..2_008_908].try_into().unwrap());
 
     let o = run_smi(&sb, &["set-limit", "--memory", "1536m"]);
     o.ok();
-    assert!(
-        o.stdout.contains("device 0: memory limit 1073741824 -> 1610612736"),
-        "{}",
-        o.dump()
-    );
+    assert!(o.stdout.contains("device 0: memory limit 1073741824 -> 1610612736"), "{}", o.dump());
     assert_eq!(r().limit(0), 1536 * MIB);
     run_smi(&sb, &["set-limit", "--device", "0", "--sm", "30"]).ok();
     assert_eq!(r().sm_limit(0), 30);
     run_smi(&sb, &["set-limit", "--memory", "4GiB", "--device", "1"]).ok();
     assert_eq!((r().limit(0), r().limit(1)), (1536 * MIB, 4 << 30));
     // A running process sees the new limit in its view (the region's limit is live).
-    let v = sb
-        .run(limit_client())
-        .shim(true)
-        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
-        .args(["info"])
-        .go();
+    let v = sb.run(limit_client()).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", "1g").args(["info"]).go();
     assert_eq!(v.val("s0.total"), (1536 * MIB).to_string(), "{}", v.dump());
 
     for (args, want) in [
@@ -580,11 +457,7 @@ fn control_verbs() {
     // sweep: a SIGKILLed holder leaves its slot; sweep frees it and counts it.
     let ready = sb.dir.join("k.ready");
     let mut child = Command::new(limit_client())
-        .args([
-            "alloc:100".to_string(),
-            format!("touch:{}", ready.display()),
-            "sleep:60000".into(),
-        ])
+        .args(["alloc:100".to_string(), format!("touch:{}", ready.display()), "sleep:60000".into()])
         .env("LD_PRELOAD", &artifacts().shim)
         .env("LD_LIBRARY_PATH", &artifacts().simlib)
         .env("VGPU_SIM_STATE", sb.state())
@@ -595,28 +468,15 @@ fn control_verbs() {
     wait_file(&ready, 30);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(
-        r().live().len(),
-        1,
-        "the killed process keeps its slot: {}",
-        r().describe()
-    );
+    assert_eq!(r().live().len(), 1, "the killed process keeps its slot: {}", r().describe());
     let before_lkt = &r().bytes[2_008_912..2_008_920].to_vec();
     let o = run_smi(&sb, &["sweep"]);
     o.ok();
     assert!(o.stdout.contains("freed 1 dead slot(s)"), "{}", o.dump());
     assert!(r().live().is_empty(), "{}", r().describe());
-    assert_eq!(
-        &r().bytes[2_008_912..2_008_920],
-        &before_lkt[..],
-        "sweep must not stamp last_kernel_time"
-    );
+    assert_eq!(&r().bytes[2_008_912..2_008_920], &before_lkt[..], "sweep must not stamp last_kernel_time");
     let j = run_smi(&sb, &["--json"]);
-    assert!(
-        j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"),
-        "{}",
-        j.stdout
-    );
+    assert!(j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"), "{}", j.stdout);
     assert!(run_smi(&sb, &["sweep"]).stdout.contains("freed 0"));
 
     // Without write access: refused clearly, nothing written.
@@ -640,12 +500,7 @@ fn control_verbs() {
             .output()
             .unwrap()
     } else {
-        Command::new(smi())
-            .arg("--region")
-            .arg(&region)
-            .args(["set-limit", "--memory", "8g"])
-            .output()
-            .unwrap()
+        Command::new(smi()).arg("--region").arg(&region).args(["set-limit", "--memory", "8g"]).output().unwrap()
     };
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -679,10 +534,7 @@ fn counters_move_with_throttling_and_the_monitor_block() {
     };
     limited(&["launch:60"]).go().ok();
     let (t_ns, t_n, b0) = counters(&sb);
-    assert!(
-        t_n > 0 && t_ns > 0,
-        "60 launches of 2 ms at a 10% limit were never throttled: {t_ns} ns, {t_n} launches"
-    );
+    assert!(t_n > 0 && t_ns > 0, "60 launches of 2 ms at a 10% limit were never throttled: {t_ns} ns, {t_n} launches");
     assert_eq!(b0, 0);
 
     // The monitor's block (written by vgpu-smi block) holds launches until unblock; the time shows.
@@ -711,11 +563,7 @@ fn library_sweeps_are_counted() {
     let sb = Sandbox::new("smi-libsweep");
     let ready = sb.dir.join("k.ready");
     let mut child = Command::new(limit_client())
-        .args([
-            "alloc:100".to_string(),
-            format!("touch:{}", ready.display()),
-            "sleep:60000".into(),
-        ])
+        .args(["alloc:100".to_string(), format!("touch:{}", ready.display()), "sleep:60000".into()])
         .env("LD_PRELOAD", &artifacts().shim)
         .env("LD_LIBRARY_PATH", &artifacts().simlib)
         .env("VGPU_SIM_STATE", sb.state())
@@ -727,22 +575,10 @@ fn library_sweeps_are_counted() {
     child.kill().unwrap();
     child.wait().unwrap();
     let j = run_smi(&sb, &["--json"]);
-    assert!(
-        j.stdout.contains("\"counters\":{\"swept_slots\":0,\"sweeps\":0}"),
-        "{}",
-        j.stdout
-    );
-    assert!(
-        j.stdout.contains("\"status_text\":\"exited\""),
-        "the dead holder shows as exited: {}",
-        j.stdout
-    );
+    assert!(j.stdout.contains("\"counters\":{\"swept_slots\":0,\"sweeps\":0}"), "{}", j.stdout);
+    assert!(j.stdout.contains("\"status_text\":\"exited\""), "the dead holder shows as exited: {}", j.stdout);
     sb.run(limit_client()).shim(true).args(["alloc:1"]).go().ok();
     let j = run_smi(&sb, &["--json"]);
     check_json(&sb, &j.stdout);
-    assert!(
-        j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"),
-        "{}",
-        j.stdout
-    );
+    assert!(j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"), "{}", j.stdout);
 }

@@ -50,10 +50,7 @@ mod regen {
 
     pub fn run() {
         let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-        let include = manifest
-            .join("../../include")
-            .canonicalize()
-            .expect("include/ dir");
+        let include = manifest.join("../../include").canonicalize().expect("include/ dir");
         let cuda = include.join("vgpu_cuda.h");
         let nvml = include.join("vgpu_nvml.h");
         println!("cargo:rerun-if-changed={}", cuda.display());

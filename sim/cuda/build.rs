@@ -1,1 +1,4 @@
-fn main() { println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1"); println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic"); }
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
+}

@@ -127,4 +127,3 @@ pub fn nvml_process_util(h: nvmlDevice_t, last_seen_us: u64) -> Util {
     }
     Util::Error(NVML_ERROR_INSUFFICIENT_SIZE)
 }
-

@@ -58,10 +58,12 @@ pub fn tick(c: &Compute, d: usize) {
         } else {
             let h = loc.handle as crate::ffi::nvmlDevice_t;
             let via_processes = if per_process { from_processes(h, w, now_us, &hostpids) } else { None };
-            via_processes.or_else(|| from_device(h, loc, w.charged_ns().load(Ordering::Relaxed)).or_else(|| {
-                no_sensor(loc, d);
-                None
-            }))
+            via_processes.or_else(|| {
+                from_device(h, loc, w.charged_ns().load(Ordering::Relaxed)).or_else(|| {
+                    no_sensor(loc, d);
+                    None
+                })
+            })
         }
     };
     let st = match obs {
@@ -75,7 +77,9 @@ pub fn tick(c: &Compute, d: usize) {
 fn no_sensor(loc: &mut Local, d: usize) {
     if !loc.no_sensor_logged {
         loc.no_sensor_logged = true;
-        crate::warn!("compute: device {d}: no NVML utilisation available: no burst above the SM limit (CUDA_DEVICE_SM_CEILING ignored)");
+        crate::warn!(
+            "compute: device {d}: no NVML utilisation available: no burst above the SM limit (CUDA_DEVICE_SM_CEILING ignored)"
+        );
     }
 }
 
@@ -117,5 +121,10 @@ fn from_device(h: crate::ffi::nvmlDevice_t, loc: &mut Local, charged: u64) -> Op
     let prev = loc.prev_util.replace((now, charged));
     let Some((t, ch)) = prev else { return Some(None) };
     let span_ns = now.saturating_sub(t);
-    Some(Some(Observation { span_ns, device_busy_ns: span_ns * u.gpu.min(100) as u64 / 100, own_busy_ns: charged.saturating_sub(ch), others_present: false }))
+    Some(Some(Observation {
+        span_ns,
+        device_busy_ns: span_ns * u.gpu.min(100) as u64 / 100,
+        own_busy_ns: charged.saturating_sub(ch),
+        others_present: false,
+    }))
 }

@@ -8,8 +8,8 @@ use crate::ffi::*;
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
 use vgpu_core::limiter::cost::{self, Prediction, Sig};
-use vgpu_core::limiter::words::Words;
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
+use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
 const FIRST_SAMPLE_WAIT_NS: u64 = 1_000_000_000;
@@ -252,7 +252,12 @@ pub fn before_multi(list: *mut CUDA_LAUNCH_PARAMS, n: u32) -> Vec<Option<Ticket>
         }
         for i in 0..n as usize {
             let p = unsafe { &*list.add(i) };
-            let sig = Sig::kernel(p.function as u64, [p.gridDimX, p.gridDimY, p.gridDimZ], [p.blockDimX, p.blockDimY, p.blockDimZ], p.sharedMemBytes);
+            let sig = Sig::kernel(
+                p.function as u64,
+                [p.gridDimX, p.gridDimY, p.gridDimZ],
+                [p.blockDimX, p.blockDimY, p.blockDimZ],
+                p.sharedMemBytes,
+            );
             let t = match api::stream_ctx(p.hStream, false) {
                 Some(ctx) => api::with_ctx(ctx, || {
                     let ord = api::current_ordinal();

@@ -63,7 +63,8 @@ fn clock_ns(c: libc::clockid_t) -> u64 {
 
 /// Sleeps until CLOCK_MONOTONIC `t` (absolute; no spinning).
 pub fn sleep_until(t: u64) {
-    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
+    let ts =
+        libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
     loop {
         let r = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
         if r != libc::EINTR {
@@ -322,8 +323,11 @@ pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
         let c = get();
         let d = snap.as_ref().map_or_else(|| c.region_index(dev), |s| s.d);
         c.devs[d].active.store(true, Ordering::Relaxed);
-        let after: Option<Vec<u32>> =
-            snap.as_ref().and_then(|_| api::nvml_handle(d)).and_then(api::nvml_processes).map(|v| v.into_iter().map(|(p, _)| p).collect());
+        let after: Option<Vec<u32>> = snap
+            .as_ref()
+            .and_then(|_| api::nvml_handle(d))
+            .and_then(api::nvml_processes)
+            .map(|v| v.into_iter().map(|(p, _)| p).collect());
         let mut ctl = c.devs[d].ctl.lock();
         if ctl.first_ctx_seen {
             return;

@@ -18,7 +18,6 @@ const IDLE_POLL: Duration = Duration::from_millis(20);
 const CONTROL_EVERY_NS: u64 = 20_000_000;
 const NVML_EVERY_NS: u64 = 250_000_000;
 
-
 /// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
 /// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
 /// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
@@ -37,7 +36,9 @@ pub fn start(c: &'static Compute) {
         crate::guard::ffi("compute watcher", (), || run(c));
     });
     if let Err(e) = r {
-        crate::error!("compute: cannot start the watcher thread ({e}); limits still apply, samples and NVML feedback are off");
+        crate::error!(
+            "compute: cannot start the watcher thread ({e}); limits still apply, samples and NVML feedback are off"
+        );
         c.watcher.store(0, Ordering::Release);
     }
     // Once per process image (a forked child inherits the registration); an atomic, not a
@@ -69,7 +70,9 @@ fn run(c: &'static Compute) {
     let mut next_ctl = 0u64;
     let mut nv = [NvmlDev::default(); MAX_DEVICES];
     loop {
-        if c.stop.load(Ordering::Acquire) || !std::ptr::eq(super::try_get().map_or(std::ptr::null(), |p| p as *const _), c) {
+        if c.stop.load(Ordering::Acquire)
+            || !std::ptr::eq(super::try_get().map_or(std::ptr::null(), |p| p as *const _), c)
+        {
             return;
         }
         let pending = samples::poll(c);
@@ -142,11 +145,7 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
 /// Host PIDs of the container's live slots (ours included once resolved).
 pub(super) fn container_hostpids(c: &Compute) -> Vec<u32> {
     let Some(r) = c.region else { return Vec::new() };
-    vgpu_core::slots::live(r.shared())
-        .map(|s| s.hostpid)
-        .filter(|&h| h > 0)
-        .map(|h| h as u32)
-        .collect()
+    vgpu_core::slots::live(r.shared()).map(|s| s.hostpid).filter(|&h| h > 0).map(|h| h as u32).collect()
 }
 
 /// Records our host PID in our slot (other processes then eliminate it).
@@ -178,7 +177,9 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     // Self-measured container share (all processes' charges), the fallback sensor.
     let charged = w.charged_ns().load(Ordering::Relaxed);
     let self_share = if nv.last_charged_at != 0 && now > nv.last_charged_at {
-        Some((charged.saturating_sub(nv.last_charged) as u128 * PPM as u128 / (now - nv.last_charged_at) as u128) as u64)
+        Some(
+            (charged.saturating_sub(nv.last_charged) as u128 * PPM as u128 / (now - nv.last_charged_at) as u128) as u64,
+        )
     } else {
         None
     };
@@ -260,7 +261,9 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
         api::Util::NoneBusy => (Vec::new(), now_us),
         api::Util::NotSupported => {
             if ctl.nvml_supported != Some(false) {
-                crate::warn!("compute: NVML per-process utilisation not supported on device {d}: the SM limit is enforced from self-measured time only");
+                crate::warn!(
+                    "compute: NVML per-process utilisation not supported on device {d}: the SM limit is enforced from self-measured time only"
+                );
             }
             ctl.nvml_supported = Some(false);
             ctl.corr.reset();
@@ -298,9 +301,18 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
         ctl.corr.observe(start, end, u);
         let before = ctl.corr.last_ratio();
         match ctl.corr.update(now) {
-            Some(k) => crate::debug!("compute: device {d}: correction k = {k:.3} (ratio {:?}, band {:.4})", ctl.corr.last_ratio(), ctl.corr.last_tol()),
+            Some(k) => crate::debug!(
+                "compute: device {d}: correction k = {k:.3} (ratio {:?}, band {:.4})",
+                ctl.corr.last_ratio(),
+                ctl.corr.last_tol()
+            ),
             None if ctl.corr.last_ratio() != before => {
-                crate::debug!("compute: device {d}: correction kept k = {:.3} (ratio {:?}, band {:.4})", ctl.corr.k(), ctl.corr.last_ratio(), ctl.corr.last_tol())
+                crate::debug!(
+                    "compute: device {d}: correction kept k = {:.3} (ratio {:?}, band {:.4})",
+                    ctl.corr.k(),
+                    ctl.corr.last_ratio(),
+                    ctl.corr.last_tol()
+                )
             }
             None => {}
         }

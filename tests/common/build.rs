@@ -77,15 +77,8 @@ fn build_all() -> Artifacts {
         exe.display()
     );
     let profile_dir = deps.parent().expect("deps has a parent").to_path_buf();
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("profile dir name")
-        .to_string();
-    let target_dir = profile_dir
-        .parent()
-        .expect("profile dir has a parent")
-        .to_path_buf();
+    let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("profile dir name").to_string();
+    let target_dir = profile_dir.parent().expect("profile dir has a parent").to_path_buf();
     let release = profile == "release";
 
     // 1. Nested cargo build of the cdylibs and simctl (cargo test does not build cdylib-only crates).
@@ -93,16 +86,7 @@ fn build_all() -> Artifacts {
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(&root)
         .arg("build")
-        .args([
-            "-p",
-            "libvgpu",
-            "-p",
-            "vgpu-sim-cuda",
-            "-p",
-            "vgpu-sim-nvml",
-            "-p",
-            "vgpu-simctl",
-        ])
+        .args(["-p", "libvgpu", "-p", "vgpu-sim-cuda", "-p", "vgpu-sim-nvml", "-p", "vgpu-simctl"])
         .arg("--target-dir")
         .arg(&target_dir);
     match profile.as_str() {
@@ -116,9 +100,7 @@ fn build_all() -> Artifacts {
     }
     // Do not let the environment of the test run leak a preload into cargo/rustc.
     cmd.env_remove("LD_PRELOAD");
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run nested cargo build ({cargo:?}): {e}"));
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run nested cargo build ({cargo:?}): {e}"));
     assert!(status.success(), "nested `cargo build` failed: {status}");
 
     let shim = match std::env::var_os("VGPU_TEST_SHIM").filter(|p| !p.is_empty()) {
@@ -129,11 +111,7 @@ fn build_all() -> Artifacts {
     let libnvml = profile_dir.join("libnvidia_ml.so");
     let simctl = profile_dir.join("simctl");
     for p in [&shim, &libcuda, &libnvml, &simctl] {
-        assert!(
-            p.exists(),
-            "artifact missing after nested build: {}",
-            p.display()
-        );
+        assert!(p.exists(), "artifact missing after nested build: {}", p.display());
     }
 
     // 2. Soname symlinks.
@@ -153,17 +131,8 @@ fn build_all() -> Artifacts {
     std::fs::create_dir_all(&bin).expect("create testbin dir");
     let tmp_root = profile_dir.join("testtmp");
     std::fs::create_dir_all(&tmp_root).expect("create testtmp dir");
-    let mut a = Artifacts {
-        root,
-        profile_dir,
-        release,
-        shim,
-        simlib,
-        bin,
-        simctl,
-        tmp_root,
-        c_errors: BTreeMap::new(),
-    };
+    let mut a =
+        Artifacts { root, profile_dir, release, shim, simlib, bin, simctl, tmp_root, c_errors: BTreeMap::new() };
     a.c_errors = build_c(&a);
     a
 }
@@ -206,11 +175,7 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
         CJob {
             out: "direct",
             sources: &["direct.c"],
-            deps: vec![
-                header.clone(),
-                a.simlib.join("libcuda.so"),
-                a.simlib.join("libnvidia-ml.so"),
-            ],
+            deps: vec![header.clone(), a.simlib.join("libcuda.so"), a.simlib.join("libnvidia-ml.so")],
             args: simlib_flags(&["-lcuda", "-lnvidia-ml"]),
         },
         CJob {
@@ -219,18 +184,8 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
             deps: vec![header.clone()],
             args: vec!["-ldl".into()],
         },
-        CJob {
-            out: "cudart_like",
-            sources: &["cudart_like.c"],
-            deps: vec![header.clone()],
-            args: vec!["-ldl".into()],
-        },
-        CJob {
-            out: "fork_client",
-            sources: &["fork_client.c"],
-            deps: vec![],
-            args: vec!["-ldl".into()],
-        },
+        CJob { out: "cudart_like", sources: &["cudart_like.c"], deps: vec![header.clone()], args: vec!["-ldl".into()] },
+        CJob { out: "fork_client", sources: &["fork_client.c"], deps: vec![], args: vec!["-ldl".into()] },
         CJob {
             out: "dlclose_reopen",
             sources: &["dlclose_reopen.c"],
@@ -243,12 +198,7 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
             deps: vec![header.clone()],
             args: vec!["-pthread".into(), "-ldl".into()],
         },
-        CJob {
-            out: "maps_client",
-            sources: &["maps_client.c"],
-            deps: vec![],
-            args: vec!["-ldl".into()],
-        },
+        CJob { out: "maps_client", sources: &["maps_client.c"], deps: vec![], args: vec!["-ldl".into()] },
         CJob {
             out: "probe_client",
             sources: &["probe_client.c"],
@@ -335,12 +285,7 @@ fn build_c(a: &Artifacts) -> BTreeMap<String, String> {
                 origin_rpath.clone(),
             ],
         },
-        CJob {
-            out: "rtld_default",
-            sources: &["rtld_default_main.c"],
-            deps: vec![],
-            args: vec!["-ldl".into()],
-        },
+        CJob { out: "rtld_default", sources: &["rtld_default_main.c"], deps: vec![], args: vec!["-ldl".into()] },
     ];
     for j in &later {
         if let Err(e) = compile(a, &c, j) {
@@ -373,32 +318,18 @@ fn compile(a: &Artifacts, cdir: &Path, j: &CJob) -> Result<(), String> {
 pub fn gcc(cdir: &Path, tmp: &Path, srcs: &[PathBuf], args: &[OsString]) -> Result<(), String> {
     let cc = std::env::var_os("CC").unwrap_or_else(|| OsString::from("gcc"));
     let mut cmd = Command::new(&cc);
-    cmd.args([
-        "-std=gnu11",
-        "-O1",
-        "-g",
-        "-Wall",
-        "-Werror",
-        "-Wno-unused-function",
-    ])
-    .arg("-I")
-    .arg(cdir)
-    .arg("-o")
-    .arg(tmp)
-    .args(srcs)
-    .args(args);
+    cmd.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-Wno-unused-function"])
+        .arg("-I")
+        .arg(cdir)
+        .arg("-o")
+        .arg(tmp)
+        .args(srcs)
+        .args(args);
     cmd.env_remove("LD_PRELOAD");
-    let o = cmd
-        .output()
-        .map_err(|e| format!("cannot run {cc:?}: {e}"))?;
+    let o = cmd.output().map_err(|e| format!("cannot run {cc:?}: {e}"))?;
     if !o.status.success() {
         let _ = std::fs::remove_file(tmp);
-        return Err(format!(
-            "{:?}\n{}{}",
-            cmd,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ));
+        return Err(format!("{:?}\n{}{}", cmd, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     }
     Ok(())
 }

@@ -25,9 +25,7 @@ impl Sandbox {
     pub fn new(name: &str) -> Sandbox {
         let a = artifacts();
         let n = SANDBOX_SEQ.fetch_add(1, Ordering::Relaxed);
-        let dir = a
-            .tmp_root
-            .join(format!("{name}.{}.{n}", std::process::id()));
+        let dir = a.tmp_root.join(format!("{name}.{}.{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create sandbox");
         Sandbox { dir }
@@ -50,11 +48,7 @@ impl Sandbox {
     /// Start building a run of `program` (absolute path, or a name looked up in `testbin/`).
     pub fn run(&self, program: impl AsRef<Path>) -> Run<'_> {
         let p = program.as_ref();
-        let program = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            artifacts().bin(&p.to_string_lossy())
-        };
+        let program = if p.is_absolute() { p.to_path_buf() } else { artifacts().bin(&p.to_string_lossy()) };
         Run {
             sb: self,
             program,
@@ -80,7 +74,11 @@ impl Sandbox {
 /// sandbox: removed with it.
 pub fn remove_fallback_regions(region: &Path) {
     use std::os::unix::ffi::OsStrExt;
-    let h = region.as_os_str().as_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x0100_0000_01b3));
+    let h = region
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x0100_0000_01b3));
     let tag = format!("libvgpu-region-{h:016x}");
     for dir in ["/dev/shm", "/tmp"] {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -122,12 +120,8 @@ pub fn parse_counts(text: &str) -> BTreeMap<String, u64> {
 
 /// Environment variable prefixes/names never inherited by a client.
 const SCRUB_PREFIXES: &[&str] = &["CUDA_", "VGPU_", "LIBCUDA_", "NVIDIA_", "HAMI_", "LD_"];
-const SCRUB_NAMES: &[&str] = &[
-    "GPU_CORE_UTILIZATION_POLICY",
-    "ACTIVE_OOM_KILLER",
-    "RECORD_KERNEL_INTERVAL",
-    "MEMORY_LIMIT_TOLERATION_RATE",
-];
+const SCRUB_NAMES: &[&str] =
+    &["GPU_CORE_UTILIZATION_POLICY", "ACTIVE_OOM_KILLER", "RECORD_KERNEL_INTERVAL", "MEMORY_LIMIT_TOLERATION_RATE"];
 
 pub struct Run<'a> {
     sb: &'a Sandbox,
@@ -188,9 +182,7 @@ impl<'a> Run<'a> {
         cmd.args(&self.args);
         for (k, _) in std::env::vars_os() {
             let ks = k.to_string_lossy();
-            if SCRUB_PREFIXES.iter().any(|p| ks.starts_with(p))
-                || SCRUB_NAMES.contains(&ks.as_ref())
-            {
+            if SCRUB_PREFIXES.iter().any(|p| ks.starts_with(p)) || SCRUB_NAMES.contains(&ks.as_ref()) {
                 cmd.env_remove(&k);
             }
         }
@@ -247,21 +239,9 @@ impl<'a> Run<'a> {
         unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
         let stdout = String::from_utf8_lossy(&t_out.join().unwrap()).into_owned();
         let stderr = String::from_utf8_lossy(&t_err.join().unwrap()).into_owned();
-        let out = Out {
-            desc,
-            pid,
-            code: status.code(),
-            signal: status.signal(),
-            stdout,
-            stderr,
-            elapsed: start.elapsed(),
-        };
-        assert!(
-            !timed_out,
-            "TIMEOUT after {:?}: {}",
-            self.timeout,
-            out.dump()
-        );
+        let out =
+            Out { desc, pid, code: status.code(), signal: status.signal(), stdout, stderr, elapsed: start.elapsed() };
+        assert!(!timed_out, "TIMEOUT after {:?}: {}", self.timeout, out.dump());
         out
     }
 }
@@ -296,33 +276,21 @@ impl Out {
         self.stdout
             .lines()
             .filter_map(|l| l.split_once('='))
-            .filter(|(k, _)| {
-                !k.is_empty()
-                    && k.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            })
+            .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'))
             .map(|(k, v)| (k.to_string(), v.trim_end().to_string()))
             .collect()
     }
     /// `kv()` without the given keys (for values that legitimately differ between runs).
     pub fn kv_without(&self, skip: &[&str]) -> Vec<(String, String)> {
-        self.kv()
-            .into_iter()
-            .filter(|(k, _)| !skip.contains(&k.as_str()))
-            .collect()
+        self.kv().into_iter().filter(|(k, _)| !skip.contains(&k.as_str())).collect()
     }
     /// Value of one key (last occurrence).
     pub fn get(&self, key: &str) -> Option<String> {
-        self.kv()
-            .into_iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
+        self.kv().into_iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
     }
     #[track_caller]
     pub fn val(&self, key: &str) -> String {
-        self.get(key)
-            .unwrap_or_else(|| panic!("key `{key}` missing: {}", self.dump()))
+        self.get(key).unwrap_or_else(|| panic!("key `{key}` missing: {}", self.dump()))
     }
     /// The shim's log lines: (pid, level, message).
     pub fn shim_logs(&self) -> Vec<(u32, String, String)> {
@@ -355,46 +323,27 @@ impl Out {
     pub fn assert_hooked(&self, names: &[&str]) {
         let h = self.hooks();
         let missing: Vec<&&str> = names.iter().filter(|n| !h.contains_key(**n)).collect();
-        assert!(
-            missing.is_empty(),
-            "hooks not logged: {missing:?}; logged: {h:?}\n{}",
-            self.dump()
-        );
+        assert!(missing.is_empty(), "hooks not logged: {missing:?}; logged: {h:?}\n{}", self.dump());
     }
     /// Assert that none of the names was logged as a hook.
     #[track_caller]
     pub fn assert_not_hooked(&self, names: &[&str]) {
         let h = self.hooks();
         let present: Vec<&&str> = names.iter().filter(|n| h.contains_key(**n)).collect();
-        assert!(
-            present.is_empty(),
-            "unexpected hooks logged: {present:?}\n{}",
-            self.dump()
-        );
+        assert!(present.is_empty(), "unexpected hooks logged: {present:?}\n{}", self.dump());
     }
     /// Assert the shim logged no ERROR line.
     #[track_caller]
     pub fn assert_no_shim_errors(&self) {
-        let errs: Vec<_> = self
-            .shim_logs()
-            .into_iter()
-            .filter(|(_, l, _)| l == "ERROR")
-            .collect();
-        assert!(
-            errs.is_empty(),
-            "shim logged errors: {errs:?}\n{}",
-            self.dump()
-        );
+        let errs: Vec<_> = self.shim_logs().into_iter().filter(|(_, l, _)| l == "ERROR").collect();
+        assert!(errs.is_empty(), "shim logged errors: {errs:?}\n{}", self.dump());
     }
 }
 
 /// Whether the machine has a real `libcuda.so.1` visible to the dynamic loader without
 /// `LD_LIBRARY_PATH` (then "no driver anywhere" cannot be simulated).
 pub fn system_has_libcuda() -> bool {
-    let ld = Command::new("/sbin/ldconfig")
-        .arg("-p")
-        .output()
-        .or_else(|_| Command::new("ldconfig").arg("-p").output());
+    let ld = Command::new("/sbin/ldconfig").arg("-p").output().or_else(|_| Command::new("ldconfig").arg("-p").output());
     match ld {
         Ok(o) => String::from_utf8_lossy(&o.stdout).contains("libcuda.so.1"),
         Err(_) => false,
@@ -403,14 +352,7 @@ pub fn system_has_libcuda() -> bool {
 
 /// Run a tool (nm, readelf, objdump) and return stdout; panic on failure.
 pub fn tool(prog: &str, args: &[&std::ffi::OsStr]) -> String {
-    let o = Command::new(prog)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
-    assert!(
-        o.status.success(),
-        "{prog} {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = Command::new(prog).args(args).output().unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
+    assert!(o.status.success(), "{prog} {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

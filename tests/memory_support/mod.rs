@@ -239,7 +239,11 @@ impl RegionLock {
             match ofd(file.as_raw_fd(), libc::F_OFD_SETLK, libc::F_WRLCK as i16) {
                 Ok(()) => return RegionLock { file },
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
-                    assert!(start.elapsed() < bound, "region lock of {} not obtainable within {bound:?}", path.display());
+                    assert!(
+                        start.elapsed() < bound,
+                        "region lock of {} not obtainable within {bound:?}",
+                        path.display()
+                    );
                     std::thread::yield_now();
                 }
                 Err(e) => panic!("OFD lock on {}: {e}", path.display()),
@@ -360,7 +364,11 @@ impl<'a> Spawn<'a> {
                 None => cmd.env_remove(k),
             };
         }
-        cmd.current_dir(&self.sb.dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        cmd.current_dir(&self.sb.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", prog.display()));
         let pid = child.id();
         let stdin = child.stdin.take().unwrap();
@@ -390,7 +398,14 @@ impl<'a> Spawn<'a> {
                 }
             }
         });
-        let mut c = Client { child: Some(child), stdin: Some(stdin), rx, stderr: err_buf, pid, timeout: Duration::from_secs(15) };
+        let mut c = Client {
+            child: Some(child),
+            stdin: Some(stdin),
+            rx,
+            stderr: err_buf,
+            pid,
+            timeout: Duration::from_secs(15),
+        };
         let r = c.read_line("startup");
         assert_eq!(r.get("ready").map(String::as_str), Some("1"), "client did not start: {}", c.stderr());
         c
@@ -502,7 +517,11 @@ impl Client {
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let st = self.child.as_mut().and_then(|c| c.wait().ok());
-                panic!("client {} exited ({st:?}) before answering `{what}`\n--- stderr ---\n{}", self.pid, self.stderr())
+                panic!(
+                    "client {} exited ({st:?}) before answering `{what}`\n--- stderr ---\n{}",
+                    self.pid,
+                    self.stderr()
+                )
             }
         }
     }
@@ -629,7 +648,8 @@ pub fn holds_region_lock(pid: u32, region: &Path) -> bool {
         if target != canon {
             continue;
         }
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy())).unwrap_or_default();
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
+            .unwrap_or_default();
         for l in info.lines().filter(|l| l.starts_with("lock:")) {
             // lock:	1: OFDLCK  ADVISORY  WRITE -1 00:2e:1234 2008952 2008952
             let f: Vec<&str> = l.split_whitespace().collect();

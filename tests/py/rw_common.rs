@@ -36,12 +36,7 @@ pub fn python() -> &'static Path {
             String::from_utf8_lossy(&o.stderr)
         );
         let out = String::from_utf8_lossy(&o.stdout);
-        let p = PathBuf::from(
-            out.lines()
-                .last()
-                .expect("venv.sh printed the python path")
-                .trim(),
-        );
+        let p = PathBuf::from(out.lines().last().expect("venv.sh printed the python path").trim());
         assert!(p.exists(), "venv python {} missing", p.display());
         p
     })
@@ -71,11 +66,7 @@ pub fn limit_client() -> &'static Path {
             .env_remove("LD_PRELOAD")
             .output()
             .expect("run cc");
-        assert!(
-            o.status.success(),
-            "compiling limit_client.c failed:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "compiling limit_client.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
         std::fs::rename(&tmp, &out).unwrap();
         out
     })
@@ -85,20 +76,14 @@ pub fn limit_client() -> &'static Path {
 #[track_caller]
 pub fn u64_of(out: &Out, key: &str) -> u64 {
     let v = out.val(key);
-    v.parse()
-        .unwrap_or_else(|_| panic!("`{key}`={v} is not a number\n{}", out.dump()))
+    v.parse().unwrap_or_else(|_| panic!("`{key}`={v} is not a number\n{}", out.dump()))
 }
 
 /// Assert `key` has `want`, dumping the run otherwise.
 #[track_caller]
 pub fn expect(out: &Out, key: &str, want: &str) {
     let got = out.get(key);
-    assert_eq!(
-        got.as_deref(),
-        Some(want),
-        "`{key}`: expected {want}, got {got:?}\n{}",
-        out.dump()
-    );
+    assert_eq!(got.as_deref(), Some(want), "`{key}`: expected {want}, got {got:?}\n{}", out.dump());
 }
 
 /// Wait for a file to appear (handshakes with background clients).
@@ -106,11 +91,7 @@ pub fn expect(out: &Out, key: &str, want: &str) {
 pub fn wait_file(p: &Path, secs: u64) {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while !p.exists() {
-        assert!(
-            std::time::Instant::now() < end,
-            "timed out waiting for {}",
-            p.display()
-        );
+        assert!(std::time::Instant::now() < end, "timed out waiting for {}", p.display());
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
@@ -188,10 +169,7 @@ impl Region {
     pub fn uuid(&self, d: usize) -> (String, bool) {
         let f = &self.bytes[OFF_UUIDS + UUID_LEN * d..OFF_UUIDS + UUID_LEN * (d + 1)];
         let n = f.iter().position(|&b| b == 0).unwrap_or(UUID_LEN);
-        (
-            String::from_utf8_lossy(&f[..n]).into_owned(),
-            f[n..].iter().all(|&b| b == 0),
-        )
+        (String::from_utf8_lossy(&f[..n]).into_owned(), f[n..].iter().all(|&b| b == 0))
     }
     pub fn limit(&self, d: usize) -> u64 {
         self.u64(OFF_LIMIT + 8 * d)
@@ -214,22 +192,10 @@ impl Region {
                 let used = (0..16)
                     .map(|d| {
                         let u = b + 8 + 64 * d;
-                        [
-                            self.u64(u),
-                            self.u64(u + 8),
-                            self.u64(u + 16),
-                            self.u64(u + 24),
-                            self.u64(u + 32),
-                        ]
+                        [self.u64(u), self.u64(u + 8), self.u64(u + 16), self.u64(u + 24), self.u64(u + 32)]
                     })
                     .collect();
-                Slot {
-                    index: k,
-                    pid: self.i32(b),
-                    hostpid: self.i32(b + 4),
-                    status: self.i32(b + 1928),
-                    used,
-                }
+                Slot { index: k, pid: self.i32(b), hostpid: self.i32(b + 4), status: self.i32(b + 1928), used }
             })
             .collect()
     }
@@ -252,10 +218,7 @@ impl Region {
             self.limit(0),
             self.sm_limit(0),
             self.proc_num(),
-            self.live()
-                .iter()
-                .map(|s| (s.pid, s.status, s.total(0)))
-                .collect::<Vec<_>>()
+            self.live().iter().map(|s| (s.pid, s.status, s.total(0))).collect::<Vec<_>>()
         )
     }
 }

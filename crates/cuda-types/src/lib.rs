@@ -47,11 +47,9 @@ pub const CU_DEVICE_INVALID: CUdevice = -2;
 /// `CU_LAUNCH_PARAM_END` — `((void*)0x00)`.
 pub const CU_LAUNCH_PARAM_END: *mut c_void = CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void;
 /// `CU_LAUNCH_PARAM_BUFFER_POINTER` — `((void*)0x01)`.
-pub const CU_LAUNCH_PARAM_BUFFER_POINTER: *mut c_void =
-    CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void;
+pub const CU_LAUNCH_PARAM_BUFFER_POINTER: *mut c_void = CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void;
 /// `CU_LAUNCH_PARAM_BUFFER_SIZE` — `((void*)0x02)`.
-pub const CU_LAUNCH_PARAM_BUFFER_SIZE: *mut c_void =
-    CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void;
+pub const CU_LAUNCH_PARAM_BUFFER_SIZE: *mut c_void = CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void;
 
 /// `NVML_STRUCT_VERSION(data, ver)`: `sizeof(struct) | ver << 24`.
 pub const fn nvml_struct_version(size: usize, ver: u32) -> u32 {

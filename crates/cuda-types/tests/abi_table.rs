@@ -22,12 +22,7 @@ fn rust_bindings_match_abi_table() {
             }
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} of {checked} rows differ:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "{} of {checked} rows differ:\n{}", bad.len(), bad.join("\n"));
     assert!(checked > 500, "only {checked} rows checked");
 }
 

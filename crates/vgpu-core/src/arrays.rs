@@ -81,10 +81,6 @@ mod tests {
     #[test]
     fn level_count_is_clamped() {
         assert_eq!(mipmap_bytes(32, 32, 0, false, 0, Some(1), 1), 32 * 32, "0 levels count as 1");
-        assert_eq!(
-            mipmap_bytes(1, 1, 0, false, 1000, Some(1), 1),
-            32,
-            "at most 32 levels, each at least one texel"
-        );
+        assert_eq!(mipmap_bytes(1, 1, 0, false, 1000, Some(1), 1), 32, "at most 32 levels, each at least one texel");
     }
 }

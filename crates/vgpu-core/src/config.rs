@@ -37,7 +37,7 @@
 //! process env was the origin — the same two variables in `/proc/1/environ`. If no source yields a
 //! valid value the device is unlimited and the warning says so.
 
-use crate::limits::{normalize_sm, parse_limit, parse_sm_limit, LimitError};
+use crate::limits::{LimitError, normalize_sm, parse_limit, parse_sm_limit};
 use crate::region::MAX_DEVICES;
 use std::collections::HashMap;
 use std::fmt;
@@ -373,7 +373,7 @@ impl<'a> Builder<'a> {
 
     /// The KAI Scheduler's region location (regionpath.rs step 2), from the origin's sources.
     fn kai_region(&mut self) -> Option<PathBuf> {
-        use crate::regionpath::{kai_path, ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT};
+        use crate::regionpath::{ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT, kai_path};
         let (pod, ctr) = (self.contract(ENV_POD_UID)?, self.contract(ENV_CONTAINER_NAME)?);
         let mount = self.contract(ENV_VGPU_MOUNT);
         kai_path(self.src, mount.as_deref(), &pod, &ctr)
@@ -406,7 +406,10 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let action = if !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()) {
-                format!("ignored: device index {suffix} is out of range (at most {MAX_DEVICES} devices, 0..{})", MAX_DEVICES - 1)
+                format!(
+                    "ignored: device index {suffix} is out of range (at most {MAX_DEVICES} devices, 0..{})",
+                    MAX_DEVICES - 1
+                )
             } else {
                 format!("ignored: {suffix:?} is not a device index (0..{})", MAX_DEVICES - 1)
             };
@@ -507,7 +510,10 @@ impl<'a> Builder<'a> {
                 if uniq.len() == 1 {
                     format!("ignored (invalid {what}); devices without a per-device value use: {}", uniq[0])
                 } else {
-                    format!("ignored (invalid {what}); devices without a per-device value use: {}", fallbacks.join(", "))
+                    format!(
+                        "ignored (invalid {what}); devices without a per-device value use: {}",
+                        fallbacks.join(", ")
+                    )
                 }
             } else {
                 format!("ignored (invalid {what}); device {dev} uses: {}", srcs[dev])
@@ -526,7 +532,9 @@ impl<'a> Builder<'a> {
         let mut warned: Vec<String> = Vec::new();
         for d in 0..MAX_DEVICES {
             let per = format!("{ENV_SM_CEILING}_{d}");
-            let Some((key, v)) = [per.as_str(), ENV_SM_CEILING].into_iter().find_map(|k| self.contract(k).map(|v| (k.to_owned(), v))) else {
+            let Some((key, v)) =
+                [per.as_str(), ENV_SM_CEILING].into_iter().find_map(|k| self.contract(k).map(|v| (k.to_owned(), v)))
+            else {
                 continue;
             };
             let lim = sm_limit[d];
@@ -535,7 +543,9 @@ impl<'a> Builder<'a> {
                 Err(_) => (0, Some("not a whole percent: no burst (the SM limit is the cap)".to_owned())),
                 Ok(_) if lim >= 100 => (0, None),
                 Ok(n) if n > 100 => (100, Some("above 100%: clamped to 100".to_owned())),
-                Ok(n) if n <= lim => (0, (n < lim).then(|| format!("below the SM limit {lim}%: no burst (the SM limit is the cap)"))),
+                Ok(n) if n <= lim => {
+                    (0, (n < lim).then(|| format!("below the SM limit {lim}%: no burst (the SM limit is the cap)")))
+                }
                 Ok(n) => (n, None),
             };
             out[d] = val;
@@ -553,10 +563,8 @@ impl<'a> Builder<'a> {
         let discovered = self.decide_origin();
         self.warn_out_of_range_indices();
 
-        let (memory_limit, _) =
-            self.resolve_all(ENV_MEMORY_LIMIT, parse_limit, "memory limit", "no memory limit");
-        let (raw_sm, sm_src) =
-            self.resolve_all(ENV_SM_LIMIT, parse_sm_limit, "SM limit", "no SM limit (100%)");
+        let (memory_limit, _) = self.resolve_all(ENV_MEMORY_LIMIT, parse_limit, "memory limit", "no memory limit");
+        let (raw_sm, sm_src) = self.resolve_all(ENV_SM_LIMIT, parse_sm_limit, "SM limit", "no SM limit (100%)");
         let mut sm_limit = [100u64; MAX_DEVICES];
         let mut clamp_warned = Vec::new();
         for d in 0..MAX_DEVICES {
@@ -592,7 +600,11 @@ impl<'a> Builder<'a> {
                 "DISABLE" | "disable" => CorePolicy::Disable,
                 "DEFAULT" | "default" => CorePolicy::Default,
                 _ => {
-                    self.warn(ENV_CORE_POLICY, &v, "unknown policy: using default (follow the monitor's switch)".into());
+                    self.warn(
+                        ENV_CORE_POLICY,
+                        &v,
+                        "unknown policy: using default (follow the monitor's switch)".into(),
+                    );
                     CorePolicy::Default
                 }
             },
@@ -769,7 +781,8 @@ pub(crate) mod tests {
         assert_eq!(c.sm_ceiling, [0; 16]);
         assert!(c.warnings.is_empty());
         // No SM limit: nothing to burst from.
-        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_SM_CEILING", "80")]));
+        let c =
+            Config::from_sources(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_SM_CEILING", "80")]));
         assert_eq!(c.sm_ceiling, [0; 16]);
         assert!(c.warnings.is_empty());
     }
@@ -846,8 +859,7 @@ pub(crate) mod tests {
 
     #[test]
     fn malformed_falls_back_to_pid1_then_unlimited() {
-        let f = Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "0x100")])
-            .pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "3000m")]);
+        let f = Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "0x100")]).pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "3000m")]);
         let c = Config::from_sources(&f);
         assert_eq!(c.origin, ConfigOrigin::ProcessEnv);
         assert_eq!(c.memory_limit[0], 3000 * MIB);
@@ -913,7 +925,10 @@ pub(crate) mod tests {
         let c = Config::from_sources(&f);
         assert_eq!(c.origin, ConfigOrigin::ProcessEnv);
         assert_eq!(c.memory_limit, [1 << 30; 16], "empty = unset: PID 1's value");
-        assert_eq!(c.sm_limit, [100; 16], "an SM limit the process env does not mention stays the process env's (none)");
+        assert_eq!(
+            c.sm_limit, [100; 16],
+            "an SM limit the process env does not mention stays the process env's (none)"
+        );
         assert_eq!(c.region_path, PathBuf::from("/tmp/r.cache"));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 
@@ -948,12 +963,19 @@ pub(crate) mod tests {
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 
         // Empty and nothing in PID 1: the defaults, silently.
-        let c = Config::from_sources(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", ""), ("CUDA_TASK_PRIORITY", ""), ("CUDA_DEVICE_SM_LIMIT", "20")]));
+        let c = Config::from_sources(&Fake::env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", ""),
+            ("CUDA_TASK_PRIORITY", ""),
+            ("CUDA_DEVICE_SM_LIMIT", "20"),
+        ]));
         assert_eq!((c.memory_limit[0], c.task_priority, c.sm_limit[0]), (0, 1, 20));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 
         // What the shim compares a freshly created region against.
-        assert_eq!(pid1_memory_limits(&Fake::default().pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "3g")])).map(|l| l[1]), Some(3 << 30));
+        assert_eq!(
+            pid1_memory_limits(&Fake::default().pid1(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "3g")])).map(|l| l[1]),
+            Some(3 << 30)
+        );
         assert_eq!(pid1_memory_limits(&Fake::env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")])), None);
         let mut d = Fake::default().pid1(&[("PATH", "/bin")]);
         d.dirs.insert(PathBuf::from(HOOK_DIR), vec!["a.cache".into()]);
@@ -975,11 +997,21 @@ pub(crate) mod tests {
         assert_eq!(c.memory_limit[..15], [0; 15]);
         assert_eq!(c.sm_limit, [100; 16]);
         let vars: Vec<&str> = c.warnings.iter().map(|w| w.variable.as_str()).collect();
-        assert_eq!(vars, ["CUDA_DEVICE_MEMORY_LIMIT_16", "CUDA_DEVICE_MEMORY_LIMIT_99", "CUDA_DEVICE_MEMORY_LIMIT_x", "CUDA_DEVICE_SM_LIMIT_16"]);
+        assert_eq!(
+            vars,
+            [
+                "CUDA_DEVICE_MEMORY_LIMIT_16",
+                "CUDA_DEVICE_MEMORY_LIMIT_99",
+                "CUDA_DEVICE_MEMORY_LIMIT_x",
+                "CUDA_DEVICE_SM_LIMIT_16"
+            ]
+        );
         assert!(c.warnings[0].action.contains("out of range"), "{}", c.warnings[0]);
         assert!(c.warnings[2].action.contains("not a device index"), "{}", c.warnings[2]);
         // From PID 1's environment as well, when that is where the limits come from.
-        let c = Config::from_sources(&Fake::default().pid1(&[("CUDA_DEVICE_SM_LIMIT_20", "10"), ("CUDA_DEVICE_SM_LIMIT", "50")]));
+        let c = Config::from_sources(
+            &Fake::default().pid1(&[("CUDA_DEVICE_SM_LIMIT_20", "10"), ("CUDA_DEVICE_SM_LIMIT", "50")]),
+        );
         assert_eq!(c.origin, ConfigOrigin::Pid1Environ);
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         assert_eq!(c.warnings[0].variable, "CUDA_DEVICE_SM_LIMIT_20");
@@ -1045,7 +1077,9 @@ pub(crate) mod tests {
         assert!(!c.oversubscribe);
         assert!(!c.active_oom_killer);
         assert_eq!(c.warnings.len(), 4, "{:?}", c.warnings);
-        for (v, level, warns) in [("-1", 2, true), ("99", 10, false), (" 3 ", 3, false), ("0", 0, false), ("", 2, false)] {
+        for (v, level, warns) in
+            [("-1", 2, true), ("99", 10, false), (" 3 ", 3, false), ("0", 0, false), ("", 2, false)]
+        {
             let c = Config::from_sources(&Fake::env(&[("LIBCUDA_LOG_LEVEL", v)]));
             assert_eq!(c.log_level, level, "LIBCUDA_LOG_LEVEL={v:?}");
             assert_eq!(!c.warnings.is_empty(), warns, "LIBCUDA_LOG_LEVEL={v:?}: {:?}", c.warnings);
@@ -1078,10 +1112,7 @@ pub(crate) mod tests {
     #[test]
     fn override_env() {
         let p = parse_override_env(b"A=1\r\nB=x=y\n=skip\nC=\nnot a pair\nD=2\n");
-        assert_eq!(
-            p,
-            vec![("A".into(), "1".into()), ("B".into(), "x=y".into()), ("C".into(), "".into())]
-        );
+        assert_eq!(p, vec![("A".into(), "1".into()), ("B".into(), "x=y".into()), ("C".into(), "".into())]);
         assert!(parse_override_env(b"").is_empty());
         let mut f = Fake::default();
         f.files.insert(PathBuf::from(OVERRIDE_ENV_PATH), b"CUDA_DEVICE_SM_LIMIT=5".to_vec());

@@ -141,11 +141,7 @@ pub fn read(ext: &RegionExt) -> Option<Counters> {
             }
         })
         .collect();
-    Some(Counters {
-        swept_slots: get(HDR_SWEPT_SLOTS),
-        sweeps: get(HDR_SWEEPS),
-        devices,
-    })
+    Some(Counters { swept_slots: get(HDR_SWEPT_SLOTS), sweeps: get(HDR_SWEEPS), devices })
 }
 
 #[cfg(test)]

@@ -97,7 +97,8 @@ impl MemCorrelator {
 
     fn verdict(&mut self, s: &Sample) -> Option<u32> {
         let cands: Vec<u32> = s.procs.iter().map(|p| p.0).filter(|p| !s.claimed.contains(p)).collect();
-        let clean: Vec<u32> = cands.iter().copied().filter(|p| self.score.get(p).is_none_or(|x| x.strikes == 0)).collect();
+        let clean: Vec<u32> =
+            cands.iter().copied().filter(|p| self.score.get(p).is_none_or(|x| x.strikes == 0)).collect();
         if clean.is_empty() && !cands.is_empty() && self.moves > 0 {
             // Everyone contradicted (ours included, by a race): start over.
             self.score.clear();

@@ -21,11 +21,11 @@
 
 use crate::idhash::IdMap;
 use crate::lock::LockError;
-use crate::region::{UsageKind, MAX_DEVICES};
+use crate::region::{MAX_DEVICES, UsageKind};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
 use crate::sync::Mutex;
-use std::sync::atomic::{fence, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,7 +164,12 @@ impl<'r> Ledger<'r> {
             (true, Some(k)) => Seat::Slot(k),
             _ => Seat::Local,
         };
-        Ledger { region: Some(region), pid: AtomicI32::new(pid), seat: AtomicUsize::new(encode(seat)), local: LocalUsage::new() }
+        Ledger {
+            region: Some(region),
+            pid: AtomicI32::new(pid),
+            seat: AtomicUsize::new(encode(seat)),
+            local: LocalUsage::new(),
+        }
     }
 
     /// Attaches `pid` to the region: a slot, else (table full) an overflow record, else local
@@ -182,7 +187,12 @@ impl<'r> Ledger<'r> {
             },
             Err(e) => (Seat::Local, Some(SlotError::Lock(e))),
         };
-        let l = Ledger { region: Some(region), pid: AtomicI32::new(pid), seat: AtomicUsize::new(encode(seat)), local: LocalUsage::new() };
+        let l = Ledger {
+            region: Some(region),
+            pid: AtomicI32::new(pid),
+            seat: AtomicUsize::new(encode(seat)),
+            local: LocalUsage::new(),
+        };
         (l, err)
     }
 
@@ -310,7 +320,13 @@ impl<'r> Ledger<'r> {
     /// caller). Fast path: no lock, no system call. Over the limit: dead slots are swept, then
     /// the check is repeated under the container lock (serialising near-limit allocators), and
     /// re-tried briefly while another process has a reservation in flight, before refusing.
-    pub fn reserve<'l>(&'l self, dev: usize, bytes: u64, kind: UsageKind, limit: u64) -> Result<Reservation<'l, 'r>, ReserveError> {
+    pub fn reserve<'l>(
+        &'l self,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
         if dev >= MAX_DEVICES {
             return Err(ReserveError::BadDevice(dev));
         }
@@ -389,7 +405,9 @@ impl<'r> Ledger<'r> {
         }
         match (self.seat(), self.region) {
             (Seat::Slot(k), Some(r)) => r.shared().procs[k].used[dev].total.load(Ordering::Relaxed),
-            (Seat::Overflow(i), Some(r)) => r.ext().map_or(0, |e| e.overflow.records[i].total[dev].load(Ordering::Relaxed)),
+            (Seat::Overflow(i), Some(r)) => {
+                r.ext().map_or(0, |e| e.overflow.records[i].total[dev].load(Ordering::Relaxed))
+            }
             _ => self.local.total(dev),
         }
     }
@@ -443,7 +461,10 @@ impl AllocTable {
 
     /// Σ `f(record)` over the records on `dev` (the truth reconciliation's rounding allowance).
     pub fn sum_on(&self, dev: usize, f: impl Fn(&AllocRecord) -> u64) -> u64 {
-        self.map.lock().as_ref().map_or(0, |m| m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(f(r))))
+        self.map
+            .lock()
+            .as_ref()
+            .map_or(0, |m| m.values().filter(|r| r.dev == dev).fold(0u64, |a, r| a.saturating_add(f(r))))
     }
 
     /// Removes and returns the records owned by `owner` (a context being destroyed: the driver

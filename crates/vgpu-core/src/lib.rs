@@ -4,24 +4,24 @@
 
 pub mod arrays;
 pub mod config;
-pub mod devices;
 pub mod counters;
+pub mod devices;
 pub mod hostpid;
 pub mod idhash;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;
-pub mod reconcile;
 pub mod lock;
+pub mod reconcile;
 pub mod region;
-pub mod regionpath;
 pub mod regionfile;
+pub mod regionpath;
 pub mod regionplace;
 pub mod slots;
 pub mod sync;
 pub mod views;
 
 #[cfg(test)]
-pub(crate) mod testutil;
-#[cfg(test)]
 mod mptests;
+#[cfg(test)]
+pub(crate) mod testutil;

@@ -18,7 +18,7 @@
 //! place by `regionfile` (never shrunk); the new page starts zeroed, which is an empty table.
 
 use core::cell::UnsafeCell;
-use core::mem::{offset_of, size_of, align_of};
+use core::mem::{align_of, offset_of, size_of};
 use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64};
 
 /// `MULTIPROCESS_SHARED_REGION_MAGIC_FLAG`.

@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// What a creating process writes into a fresh region.
@@ -104,11 +104,9 @@ impl fmt::Display for RegionError {
                 "region file {} has the magic but only {size} bytes (legacy v0 or truncated); left untouched",
                 path.display()
             ),
-            TransientLayout { path } => write!(
-                f,
-                "region file {} uses the transient 1.1-with-seqlock layout; left untouched",
-                path.display()
-            ),
+            TransientLayout { path } => {
+                write!(f, "region file {} uses the transient 1.1-with-seqlock layout; left untouched", path.display())
+            }
         }
     }
 }
@@ -172,7 +170,8 @@ enum Created {
 fn create_via_tmpfile(path: &Path, c: &CString) -> Created {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let Ok(cdir) = cpath(dir) else { return Created::Unsupported };
-    let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o666 as libc::c_uint) };
+    let fd =
+        unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o666 as libc::c_uint) };
     if fd < 0 {
         return Created::Unsupported;
     }
@@ -329,8 +328,9 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 impl Region {
     /// Opens (creating if needed) and attaches the region at `path`. See the module docs.
     pub fn open(path: &Path, init: &RegionInit) -> Result<(Region, AttachReport), RegionError> {
-        let _serial =
-            ATTACH_MUTEX.lock_timeout(ATTACH_LOCK_TIMEOUT).ok_or_else(|| RegionError::AttachLockTimeout { path: path.into() })?;
+        let _serial = ATTACH_MUTEX
+            .lock_timeout(ATTACH_LOCK_TIMEOUT)
+            .ok_or_else(|| RegionError::AttachLockTimeout { path: path.into() })?;
         let p = || path.to_path_buf();
         let (fd, created) = open_or_create(path)?;
         let raw = fd.as_raw_fd();
@@ -397,16 +397,15 @@ impl Region {
                 return Err(io_err("open (lock descriptor)")(e));
             }
         };
-        let mut region =
-            Region {
-                lock,
-                map,
-                fd,
-                path: path.into(),
-                ext_ok: true,
-                slot_hint: AtomicUsize::new(usize::MAX),
-                writer: crate::sync::Mutex::new(()),
-            };
+        let mut region = Region {
+            lock,
+            map,
+            fd,
+            path: path.into(),
+            ext_ok: true,
+            slot_hint: AtomicUsize::new(usize::MAX),
+            writer: crate::sync::Mutex::new(()),
+        };
 
         let r = region.shared();
         if initialised {
@@ -560,9 +559,9 @@ fn init_or_check_ext(ext: &RegionExt, report: &mut AttachReport) -> bool {
     if m == EXT_MAGIC {
         let v = ext.ext_version.load(Ordering::Relaxed);
         if v != EXT_VERSION {
-            report.warnings.push(format!(
-                "region extension has version {v}, this library uses {EXT_VERSION}: extension ignored"
-            ));
+            report
+                .warnings
+                .push(format!("region extension has version {v}, this library uses {EXT_VERSION}: extension ignored"));
             return false;
         }
         return true;
@@ -616,12 +615,8 @@ impl Deref for RegionGuard<'_> {
 impl Drop for RegionGuard<'_> {
     fn drop(&mut self) {
         // Before the OFD guard (a field) unlocks.
-        let _ = self.region.shared().owner_pid.compare_exchange(
-            self.pid as u64,
-            0,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let _ =
+            self.region.shared().owner_pid.compare_exchange(self.pid as u64, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -767,7 +762,12 @@ mod tests {
         // Every device differing (CUDA_DEVICE_MEMORY_LIMIT applies to all 16) is still one line.
         let all = RegionInit { limits: [9 << 30; MAX_DEVICES], ..Default::default() };
         let (_r3, rep3) = Region::open(&p, &all).unwrap();
-        assert_eq!(rep3.warnings.iter().filter(|w| w.contains("limit inconsistency")).count(), 1, "{:?}", rep3.warnings);
+        assert_eq!(
+            rep3.warnings.iter().filter(|w| w.contains("limit inconsistency")).count(),
+            1,
+            "{:?}",
+            rep3.warnings
+        );
         let s = r2.shared();
         assert_eq!(s.limit[0].load(Ordering::Relaxed), 777);
         assert_eq!(s.limit[1].load(Ordering::Relaxed), 2 << 30);
@@ -869,7 +869,11 @@ mod tests {
 
         let mut v0 = vec![0u8; V0_REGION_SIZE + 1];
         v0[0..4].copy_from_slice(&REGION_MAGIC.to_le_bytes());
-        expect_untouched("rf-v0", v0, |e| matches!(e, RegionError::LegacyOrTruncated { size, .. } if *size == V0_REGION_SIZE as u64 + 1));
+        expect_untouched(
+            "rf-v0",
+            v0,
+            |e| matches!(e, RegionError::LegacyOrTruncated { size, .. } if *size == V0_REGION_SIZE as u64 + 1),
+        );
 
         let mut v2 = vec![0u8; C_FILE_SIZE];
         v2[0..4].copy_from_slice(&REGION_MAGIC.to_le_bytes());

@@ -53,15 +53,9 @@ pub fn kai_path(src: &dyn ConfigSources, mount: Option<&str>, pod_uid: &str, con
 pub fn preload_dirs(content: &[u8]) -> Vec<PathBuf> {
     let text = String::from_utf8_lossy(content);
     let mut out: Vec<PathBuf> = Vec::new();
-    for entry in text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .flat_map(|l| l.split([' ', '\t', ':']))
-    {
+    for entry in text.lines().filter(|l| !l.trim_start().starts_with('#')).flat_map(|l| l.split([' ', '\t', ':'])) {
         let p = Path::new(entry.trim());
-        let is_lib = p
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("libvgpu"));
+        let is_lib = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libvgpu"));
         if let (true, Some(dir)) = (is_lib && p.is_absolute(), p.parent())
             && !out.iter().any(|d| d == dir)
         {
@@ -78,13 +72,11 @@ pub fn pod_uid_from_cgroup(content: &[u8]) -> Option<String> {
         let rest = &text[i + 3..];
         let uid: String = rest.chars().take(36).map(|c| if c == '_' { '-' } else { c }).collect();
         let shape = uid.len() == 36
-            && uid.chars().enumerate().all(|(k, c)| {
-                if [8, 13, 18, 23].contains(&k) {
-                    c == '-'
-                } else {
-                    c.is_ascii_hexdigit()
-                }
-            });
+            && uid.chars().enumerate().all(
+                |(k, c)| {
+                    if [8, 13, 18, 23].contains(&k) { c == '-' } else { c.is_ascii_hexdigit() }
+                },
+            );
         if shape {
             return Some(uid.to_ascii_lowercase());
         }
@@ -95,10 +87,7 @@ pub fn pod_uid_from_cgroup(content: &[u8]) -> Option<String> {
 /// The single region file in `dir`, if exactly one `*.cache` (not `libvgpu.so*`) is there.
 fn single_cache(src: &dyn ConfigSources, dir: &Path) -> Option<PathBuf> {
     let names = src.list_dir(dir)?;
-    let caches: Vec<&String> = names
-        .iter()
-        .filter(|n| n.ends_with(".cache") && !n.contains("libvgpu.so"))
-        .collect();
+    let caches: Vec<&String> = names.iter().filter(|n| n.ends_with(".cache") && !n.contains("libvgpu.so")).collect();
     (caches.len() == 1).then(|| dir.join(caches[0]))
 }
 
@@ -139,10 +128,7 @@ pub fn discover(src: &dyn ConfigSources) -> Option<PathBuf> {
     if src.exists(Path::new(DEFAULT_REGION_PATH)) {
         return None;
     }
-    let mut dirs = src
-        .read_file(Path::new(PRELOAD_FILE))
-        .map(|c| preload_dirs(&c))
-        .unwrap_or_default();
+    let mut dirs = src.read_file(Path::new(PRELOAD_FILE)).map(|c| preload_dirs(&c)).unwrap_or_default();
     if !dirs.iter().any(|d| d == Path::new(HOOK_DIR)) {
         dirs.push(PathBuf::from(HOOK_DIR));
     }
@@ -151,9 +137,7 @@ pub fn discover(src: &dyn ConfigSources) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    let uid = src
-        .read_file(Path::new(SELF_CGROUP))
-        .and_then(|c| pod_uid_from_cgroup(&c));
+    let uid = src.read_file(Path::new(SELF_CGROUP)).and_then(|c| pod_uid_from_cgroup(&c));
     dirs.iter().find_map(|d| single_kai(src, d, uid.as_deref()))
 }
 
@@ -212,18 +196,9 @@ mod tests {
         assert_eq!(kai_path(&f, None, "u1", "c"), None, "no containers dir: not KAI");
         f.exists.insert("/usr/local/vgpu/containers".into());
         f.exists.insert("/mnt/v/containers".into());
-        assert_eq!(
-            kai_path(&f, None, "u1", "c"),
-            Some("/usr/local/vgpu/containers/u1_c/usage.cache".into())
-        );
-        assert_eq!(
-            kai_path(&f, Some(""), "u1", "c"),
-            Some("/usr/local/vgpu/containers/u1_c/usage.cache".into())
-        );
-        assert_eq!(
-            kai_path(&f, Some("/mnt/v"), "u1", "c"),
-            Some("/mnt/v/containers/u1_c/usage.cache".into())
-        );
+        assert_eq!(kai_path(&f, None, "u1", "c"), Some("/usr/local/vgpu/containers/u1_c/usage.cache".into()));
+        assert_eq!(kai_path(&f, Some(""), "u1", "c"), Some("/usr/local/vgpu/containers/u1_c/usage.cache".into()));
+        assert_eq!(kai_path(&f, Some("/mnt/v"), "u1", "c"), Some("/mnt/v/containers/u1_c/usage.cache".into()));
         for (u, c) in [("", "c"), ("u", ""), ("../x", "c"), ("u", "a/b"), ("..", "c")] {
             assert_eq!(kai_path(&f, None, u, c), None, "{u:?} {c:?}");
         }
@@ -233,11 +208,7 @@ mod tests {
     fn config_uses_kai_path_only_without_explicit_cache() {
         use crate::config::{Config, ConfigOrigin};
         let mut f = Fake::default();
-        for (k, v) in [
-            ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
-            ("POD_UID", "u-1"),
-            ("CONTAINER_NAME", "main"),
-        ] {
+        for (k, v) in [("CUDA_DEVICE_MEMORY_LIMIT", "2g"), ("POD_UID", "u-1"), ("CONTAINER_NAME", "main")] {
             f.env.insert(k.into(), v.into());
         }
         // No <mount>/containers: as today.
@@ -245,26 +216,15 @@ mod tests {
         f.exists.insert("/usr/local/vgpu/containers".into());
         let c = Config::from_sources(&f);
         assert_eq!(c.origin, ConfigOrigin::ProcessEnv);
-        assert_eq!(
-            c.region_path,
-            PathBuf::from("/usr/local/vgpu/containers/u-1_main/usage.cache")
-        );
+        assert_eq!(c.region_path, PathBuf::from("/usr/local/vgpu/containers/u-1_main/usage.cache"));
         assert_eq!(c.memory_limit[0], 2 << 30);
         assert_eq!(c.sm_limit[0], 100);
         f.env.insert(ENV_VGPU_MOUNT.into(), "/kai".into());
-        assert_eq!(
-            Config::from_sources(&f).region_path,
-            PathBuf::from(DEFAULT_REGION_PATH),
-            "/kai/containers absent"
-        );
+        assert_eq!(Config::from_sources(&f).region_path, PathBuf::from(DEFAULT_REGION_PATH), "/kai/containers absent");
         f.exists.insert("/kai/containers".into());
-        assert_eq!(
-            Config::from_sources(&f).region_path,
-            PathBuf::from("/kai/containers/u-1_main/usage.cache")
-        );
+        assert_eq!(Config::from_sources(&f).region_path, PathBuf::from("/kai/containers/u-1_main/usage.cache"));
         // The explicit variable wins.
-        f.env
-            .insert("CUDA_DEVICE_MEMORY_SHARED_CACHE".into(), "/x/y.cache".into());
+        f.env.insert("CUDA_DEVICE_MEMORY_SHARED_CACHE".into(), "/x/y.cache".into());
         assert_eq!(Config::from_sources(&f).region_path, PathBuf::from("/x/y.cache"));
         // Only one of the two ids: as today.
         f.env.remove("CUDA_DEVICE_MEMORY_SHARED_CACHE");
@@ -279,15 +239,9 @@ mod tests {
             vec![PathBuf::from("/opt/h/vgpu"), PathBuf::from("/usr/local/vgpu")]
         );
         let v2 = b"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod8d5c2a1e_0b7f_4c3d_9e21_6f0a1b2c3d4e.slice/cri-containerd-ab.scope\n";
-        assert_eq!(
-            pod_uid_from_cgroup(v2).as_deref(),
-            Some("8d5c2a1e-0b7f-4c3d-9e21-6f0a1b2c3d4e")
-        );
+        assert_eq!(pod_uid_from_cgroup(v2).as_deref(), Some("8d5c2a1e-0b7f-4c3d-9e21-6f0a1b2c3d4e"));
         let v1 = b"12:memory:/kubepods/burstable/pod8D5C2A1E-0b7f-4c3d-9e21-6f0a1b2c3d4e/abc\n";
-        assert_eq!(
-            pod_uid_from_cgroup(v1).as_deref(),
-            Some("8d5c2a1e-0b7f-4c3d-9e21-6f0a1b2c3d4e")
-        );
+        assert_eq!(pod_uid_from_cgroup(v1).as_deref(), Some("8d5c2a1e-0b7f-4c3d-9e21-6f0a1b2c3d4e"));
         assert_eq!(pod_uid_from_cgroup(b"0::/user.slice/podman-1.scope\n"), None);
     }
 
@@ -296,15 +250,12 @@ mod tests {
         let mut f = Fake::default();
         assert_eq!(discover(&f), None);
         // Non-default hook path named by ld.so.preload wins over /usr/local/vgpu.
-        f.files
-            .insert(PRELOAD_FILE.into(), b"/opt/h/vgpu/libvgpu.so\n".to_vec());
-        f.dirs
-            .insert("/opt/h/vgpu".into(), vec!["libvgpu.so".into(), "a1.cache".into()]);
+        f.files.insert(PRELOAD_FILE.into(), b"/opt/h/vgpu/libvgpu.so\n".to_vec());
+        f.dirs.insert("/opt/h/vgpu".into(), vec!["libvgpu.so".into(), "a1.cache".into()]);
         f.dirs.insert("/usr/local/vgpu".into(), vec!["b2.cache".into()]);
         assert_eq!(discover(&f), Some("/opt/h/vgpu/a1.cache".into()));
         // Two caches there: ambiguous, the next directory answers.
-        f.dirs
-            .insert("/opt/h/vgpu".into(), vec!["a1.cache".into(), "a2.cache".into()]);
+        f.dirs.insert("/opt/h/vgpu".into(), vec!["a1.cache".into(), "a2.cache".into()]);
         assert_eq!(discover(&f), Some("/usr/local/vgpu/b2.cache".into()));
         // /tmp/cudevshr.cache exists: no discovery (today's rule).
         f.exists.insert(DEFAULT_REGION_PATH.into());
@@ -315,27 +266,16 @@ mod tests {
     fn discovery_of_kai_dirs_narrowed_by_cgroup() {
         let mut f = Fake::default();
         f.dirs.insert("/usr/local/vgpu".into(), vec![]);
-        f.dirs.insert(
-            "/usr/local/vgpu/containers".into(),
-            vec!["p1_a".into(), "p2_b".into(), "junk".into()],
-        );
+        f.dirs.insert("/usr/local/vgpu/containers".into(), vec!["p1_a".into(), "p2_b".into(), "junk".into()]);
         f.exists.insert("/usr/local/vgpu/containers/p1_a/usage.cache".into());
         assert_eq!(discover(&f), Some("/usr/local/vgpu/containers/p1_a/usage.cache".into()));
         f.exists.insert("/usr/local/vgpu/containers/p2_b/usage.cache".into());
         assert_eq!(discover(&f), None, "two pods: ambiguous without a cgroup");
         let uid = "8d5c2a1e-0b7f-4c3d-9e21-6f0a1b2c3d4e";
-        f.dirs.insert(
-            "/usr/local/vgpu/containers".into(),
-            vec![format!("{uid}_a"), "p2_b".into()],
-        );
-        f.exists
-            .insert(format!("/usr/local/vgpu/containers/{uid}_a/usage.cache").into());
-        f.files
-            .insert(SELF_CGROUP.into(), format!("0::/kubepods/pod{uid}/x\n").into_bytes());
-        assert_eq!(
-            discover(&f),
-            Some(format!("/usr/local/vgpu/containers/{uid}_a/usage.cache").into())
-        );
+        f.dirs.insert("/usr/local/vgpu/containers".into(), vec![format!("{uid}_a"), "p2_b".into()]);
+        f.exists.insert(format!("/usr/local/vgpu/containers/{uid}_a/usage.cache").into());
+        f.files.insert(SELF_CGROUP.into(), format!("0::/kubepods/pod{uid}/x\n").into_bytes());
+        assert_eq!(discover(&f), Some(format!("/usr/local/vgpu/containers/{uid}_a/usage.cache").into()));
     }
 
     #[test]
@@ -349,11 +289,7 @@ mod tests {
         let r = ensure_kai_dir(&region);
         unsafe { libc::umask(old) };
         r.unwrap();
-        let mode = std::fs::metadata(region.parent().unwrap())
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777;
+        let mode = std::fs::metadata(region.parent().unwrap()).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o777);
         ensure_kai_dir(&region).unwrap(); // idempotent
         // Not a KAI shape: nothing created.

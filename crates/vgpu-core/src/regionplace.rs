@@ -26,7 +26,7 @@
 //! and goes. The monitor does not see a fallback region; the limit still holds across the
 //! container. Only if no place works is the limit per process, and the shim says so.
 
-use crate::regionfile::{Region, RegionError, RegionInit, AttachReport};
+use crate::regionfile::{AttachReport, Region, RegionError, RegionInit};
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -71,7 +71,8 @@ fn link_fd(fd: i32, to: &Path) -> io::Result<()> {
     let src = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
     let dst = cstr(to)?;
     // SAFETY: valid C strings.
-    if unsafe { libc::linkat(libc::AT_FDCWD, src.as_ptr(), libc::AT_FDCWD, dst.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0 {
+    if unsafe { libc::linkat(libc::AT_FDCWD, src.as_ptr(), libc::AT_FDCWD, dst.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0
+    {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
@@ -86,7 +87,11 @@ pub(crate) fn ensure_anchor(fd: i32, path: &Path) {
     match stat(&anchor) {
         Ok(st) if same_inode(&st, &mine) => {}
         Ok(_) => {
-            let tmp = anchor.with_file_name(format!("{}.{}", anchor.file_name().unwrap().to_string_lossy(), std::process::id()));
+            let tmp = anchor.with_file_name(format!(
+                "{}.{}",
+                anchor.file_name().unwrap().to_string_lossy(),
+                std::process::id()
+            ));
             if link_fd(fd, &tmp).is_ok()
                 && let (Ok(t), Ok(a)) = (cstr(&tmp), cstr(&anchor))
                 // SAFETY: valid C strings.
@@ -180,7 +185,9 @@ impl Region {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let cdir = cstr(dir)?;
         // SAFETY: valid C string; the result is checked.
-        let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o666 as libc::c_uint) };
+        let fd = unsafe {
+            libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o666 as libc::c_uint)
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -193,7 +200,12 @@ impl Region {
             while off < crate::region::FILE_SIZE {
                 // SAFETY: the mapping is FILE_SIZE bytes long; the kernel reads it.
                 let n = unsafe {
-                    libc::pwrite(fd.as_raw_fd(), self.map_addr().add(off).cast(), crate::region::FILE_SIZE - off, off as i64)
+                    libc::pwrite(
+                        fd.as_raw_fd(),
+                        self.map_addr().add(off).cast(),
+                        crate::region::FILE_SIZE - off,
+                        off as i64,
+                    )
                 };
                 if n <= 0 {
                     return Err(io::Error::last_os_error());
@@ -363,7 +375,9 @@ mod tests {
         std::fs::create_dir(&bad).unwrap(); // a directory in its place
         let fbs = vec![dir.join("nodir/fb1"), dir.join("fb2")];
         let me = unsafe { libc::getpid() };
-        let Placed::Fallback { region, cause: Some(RegionError::IsDirectory { .. }), .. } = open_placed(&bad, &RegionInit::default(), &fbs, me) else {
+        let Placed::Fallback { region, cause: Some(RegionError::IsDirectory { .. }), .. } =
+            open_placed(&bad, &RegionInit::default(), &fbs, me)
+        else {
             panic!("expected the second fallback")
         };
         assert_eq!(region.path(), fbs[1]);

@@ -21,7 +21,7 @@
 use crate::lock::LockError;
 use crate::region::*;
 use crate::regionfile::{Region, RegionGuard};
-use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
 
 #[derive(Debug)]
@@ -313,7 +313,8 @@ pub fn has_sweepable_by(region: &Region, self_pid: i32, probe: &dyn Fn(usize, i3
 
 /// `kill(pid, 0) == ESRCH` only (no `/proc`: misses zombies and recycled pids).
 pub fn is_gone(pid: i32) -> bool {
-    pid <= 0 || (unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
+    pid <= 0
+        || (unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
 }
 
 /// Finds `pid`'s live (`status != 0`) slot: the hint first, then a scan. Slots never move, so a
@@ -464,11 +465,23 @@ pub fn add_usage(region: &Region, pid: i32, dev: usize, kind: UsageKind, bytes: 
     Ok(())
 }
 
-pub fn add_usage_locked(g: &RegionGuard<'_>, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
+pub fn add_usage_locked(
+    g: &RegionGuard<'_>,
+    pid: i32,
+    dev: usize,
+    kind: UsageKind,
+    bytes: u64,
+) -> Result<(), SlotError> {
     add_usage(g.region(), pid, dev, kind, bytes)
 }
 
-pub fn sub_usage_locked(g: &RegionGuard<'_>, pid: i32, dev: usize, kind: UsageKind, bytes: u64) -> Result<(), SlotError> {
+pub fn sub_usage_locked(
+    g: &RegionGuard<'_>,
+    pid: i32,
+    dev: usize,
+    kind: UsageKind,
+    bytes: u64,
+) -> Result<(), SlotError> {
     sub_usage(g.region(), pid, dev, kind, bytes).map(|_| ())
 }
 
@@ -824,7 +837,9 @@ mod tests {
         assert_eq!(sweep_locked(&g, 100, &dead), 4);
         // Holes stay holes; survivors keep their index; trailing free slots shrink proc_num.
         assert_eq!(proc_num(&g), 5);
-        let pids: Vec<(i32, i32)> = (0..5).map(|k| (g.procs[k].pid.load(Ordering::Relaxed), g.procs[k].status.load(Ordering::Relaxed))).collect();
+        let pids: Vec<(i32, i32)> = (0..5)
+            .map(|k| (g.procs[k].pid.load(Ordering::Relaxed), g.procs[k].status.load(Ordering::Relaxed)))
+            .collect();
         assert_eq!(pids, vec![(100, 1), (0, 0), (0, 0), (0, 0), (104, 1)]);
         assert_eq!(g.procs[1].used[2].total.load(Ordering::Relaxed), 0, "freed slot zeroed");
         assert_eq!(container_usage(&g, 2), 204);

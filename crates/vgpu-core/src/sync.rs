@@ -349,7 +349,11 @@ mod tests {
             .collect();
         let t = Instant::now();
         while done.load(Ordering::Relaxed) < 8 {
-            assert!(t.elapsed() < Duration::from_secs(60), "a waiter was never woken: {} done", done.load(Ordering::Relaxed));
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "a waiter was never woken: {} done",
+                done.load(Ordering::Relaxed)
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         hs.into_iter().for_each(|h| h.join().unwrap());

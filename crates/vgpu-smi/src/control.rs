@@ -44,14 +44,7 @@ impl Rw {
         let len = if size >= FILE_SIZE { FILE_SIZE } else { V1_REGION_SIZE };
         // SAFETY: fd is open; the file is at least `len` bytes (read() checked the v1.2 size).
         let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
         };
         let err = std::io::Error::last_os_error();
         // SAFETY: our descriptor; the mapping keeps the file referenced.
@@ -120,7 +113,10 @@ pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Res
                 Some(e) => ("SM ceiling", &e.limiter[d].sm_ceiling, p),
                 None => {
                     return Err(Failure(
-                        format!("--sm-ceiling {p}: {} has no libvgpu extension block (made by another library?); nothing written", path.display()),
+                        format!(
+                            "--sm-ceiling {p}: {} has no libvgpu extension block (made by another library?); nothing written",
+                            path.display()
+                        ),
                         2,
                     ));
                 }
@@ -136,9 +132,7 @@ pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Res
 pub fn block(path: &Path) -> Result<String, Failure> {
     let rw = Rw::open(path)?;
     let old = rw.region().recent_kernel.swap(-1, Ordering::AcqRel);
-    Ok(format!(
-        "recent_kernel {old} -> -1: launches blocked (the monitor may lift it at its next 5 s tick)\n"
-    ))
+    Ok(format!("recent_kernel {old} -> -1: launches blocked (the monitor may lift it at its next 5 s tick)\n"))
 }
 
 /// `unblock`: a negative `recent_kernel` becomes 0, as the monitor does when contention ends.
@@ -169,10 +163,7 @@ pub fn sweep(path: &Path) -> Result<String, Failure> {
     };
     // Region::open stamps last_kernel_time for a new attacher; we are not one: put it back.
     let now = region.shared().last_kernel_time.load(Ordering::Relaxed);
-    let _ = region
-        .shared()
-        .last_kernel_time
-        .compare_exchange(now, before, Ordering::Relaxed, Ordering::Relaxed);
+    let _ = region.shared().last_kernel_time.compare_exchange(now, before, Ordering::Relaxed, Ordering::Relaxed);
     let me = std::process::id() as i32;
     // The library's own sweep (it also counts itself in the operator counters).
     let freed = vgpu_core::slots::sweep(&region, me, std::time::Duration::from_secs(1))

@@ -68,9 +68,7 @@ fn parse_args(argv: Vec<String>) -> Result<Args, String> {
             "--prometheus" => a.prometheus = true,
             "--watch" => {
                 let v = need(&mut it, "--watch")?;
-                let s: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--watch: not a number of seconds: {v:?}"))?;
+                let s: f64 = v.parse().map_err(|_| format!("--watch: not a number of seconds: {v:?}"))?;
                 if !(s.is_finite() && s > 0.0) {
                     return Err(format!("--watch: must be > 0: {v:?}"));
                 }
@@ -137,14 +135,8 @@ fn container_ids(region: &Path) -> (Option<String>, Option<String>) {
         return (Some(p), Some(c));
     }
     let dir = region.parent();
-    if dir
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .is_some_and(|n| n == "containers")
-        && let Some((p, c)) = dir
-            .and_then(Path::file_name)
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.split_once('_'))
+    if dir.and_then(Path::parent).and_then(Path::file_name).is_some_and(|n| n == "containers")
+        && let Some((p, c)) = dir.and_then(Path::file_name).and_then(|n| n.to_str()).and_then(|n| n.split_once('_'))
     {
         return (Some(p.into()), Some(c.into()));
     }
@@ -189,9 +181,7 @@ fn view_once(a: &Args) -> (String, bool) {
     let snap = if path.exists() || std::fs::symlink_metadata(&path).is_ok() {
         snapshot::read(&path, snapshot::PidView::Container)
     } else {
-        Err(snapshot::Unusable(
-            "no region file yet (no process of this container has used CUDA or NVML)".into(),
-        ))
+        Err(snapshot::Unusable("no region file yet (no process of this container has used CUDA or NVML)".into()))
     };
     let ok = snap.is_ok();
     let items = [Item {
@@ -207,24 +197,15 @@ fn control(a: &Args) -> Result<String, control::Failure> {
     let path = container_region(a);
     match a.verb.as_deref() {
         Some("set-limit") => {
-            let given = [a.memory.is_some(), a.sm.is_some(), a.sm_ceiling.is_some()]
-                .iter()
-                .filter(|&&b| b)
-                .count();
+            let given = [a.memory.is_some(), a.sm.is_some(), a.sm_ceiling.is_some()].iter().filter(|&&b| b).count();
             if given != 1 {
-                return Err(control::Failure(
-                    "set-limit needs exactly one of --memory, --sm, --sm-ceiling".into(),
-                    1,
-                ));
+                return Err(control::Failure("set-limit needs exactly one of --memory, --sm, --sm-ceiling".into(), 1));
             }
             let pct = |v: &str, flag: &str| -> Result<u64, control::Failure> {
                 let t = v.trim().trim_end_matches('%');
                 match t.parse::<u64>() {
                     Ok(p @ 1..=100) => Ok(p),
-                    _ => Err(control::Failure(
-                        format!("{flag}: a percent from 1 to 100, not {v:?}"),
-                        1,
-                    )),
+                    _ => Err(control::Failure(format!("{flag}: a percent from 1 to 100, not {v:?}"), 1)),
                 }
             };
             let change = if let Some(m) = &a.memory {

@@ -25,12 +25,7 @@ pub fn default_root() -> PathBuf {
 
 fn bad(dir_name: &str, path: PathBuf, why: impl Into<String>) -> Entry {
     let (pod_uid, container) = split_name(dir_name);
-    Entry {
-        pod_uid,
-        container,
-        path,
-        result: Err(snapshot::Unusable(why.into())),
-    }
+    Entry { pod_uid, container, path, result: Err(snapshot::Unusable(why.into())) }
 }
 
 fn split_name(n: &str) -> (Option<String>, Option<String>) {
@@ -44,10 +39,7 @@ fn split_name(n: &str) -> (Option<String>, Option<String>) {
 pub fn scan(root: &Path) -> Result<Vec<Entry>, String> {
     let containers = root.join("containers");
     let rd = std::fs::read_dir(&containers).map_err(|e| format!("{}: {e}", containers.display()))?;
-    let mut names: Vec<String> = rd
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     let mut out = Vec::new();
     for name in names {
@@ -63,10 +55,7 @@ pub fn scan(root: &Path) -> Result<Vec<Entry>, String> {
         }
         let files = match std::fs::read_dir(&dir) {
             Ok(rd) => {
-                let mut v: Vec<String> = rd
-                    .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect();
+                let mut v: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
                 v.sort();
                 v
             }
@@ -75,28 +64,17 @@ pub fn scan(root: &Path) -> Result<Vec<Entry>, String> {
                 continue;
             }
         };
-        let caches: Vec<&String> = files
-            .iter()
-            .filter(|f| f.ends_with(".cache") && !f.contains("libvgpu.so"))
-            .collect();
+        let caches: Vec<&String> =
+            files.iter().filter(|f| f.ends_with(".cache") && !f.contains("libvgpu.so")).collect();
         if caches.is_empty() {
-            out.push(bad(
-                &name,
-                dir,
-                "no *.cache file (no process of the container has used the GPU yet)",
-            ));
+            out.push(bad(&name, dir, "no *.cache file (no process of the container has used the GPU yet)"));
             continue;
         }
         let (pod_uid, container) = split_name(&name);
         for c in caches {
             let path = dir.join(c);
             let result = snapshot::read(&path, PidView::Host);
-            out.push(Entry {
-                pod_uid: pod_uid.clone(),
-                container: container.clone(),
-                path,
-                result,
-            });
+            out.push(Entry { pod_uid: pod_uid.clone(), container: container.clone(), path, result });
         }
     }
     Ok(out)

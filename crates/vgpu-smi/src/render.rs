@@ -79,19 +79,12 @@ pub fn table(items: &[Item]) -> String {
             s.version.1,
             if s.extension { "" } else { " (no libvgpu extension)" },
             s.priority,
-            if s.blocked() {
-                "BLOCKING launches"
-            } else {
-                "not blocking"
-            },
+            if s.blocked() { "BLOCKING launches" } else { "not blocking" },
             s.utilization_switch
         );
         device_table(&mut o, s);
         process_table(&mut o, s);
-        let sweeps = s
-            .counters
-            .as_ref()
-            .map(|c| format!("{} slot(s) in {} sweep(s)", c.swept_slots, c.sweeps));
+        let sweeps = s.counters.as_ref().map(|c| format!("{} slot(s) in {} sweep(s)", c.swept_slots, c.sweeps));
         let _ = writeln!(o, "  dead-slot sweeps: {}", dash(sweeps));
     }
     o
@@ -122,13 +115,7 @@ fn device_table(o: &mut String, s: &Snapshot) {
         let _ = writeln!(o, "  no devices recorded yet");
         return;
     }
-    align(
-        o,
-        &rows,
-        &[
-            false, false, true, true, true, true, true, true, true, true, true, true, true, true,
-        ],
-    );
+    align(o, &rows, &[false, false, true, true, true, true, true, true, true, true, true, true, true, true]);
 }
 
 fn device_row(d: &DeviceSnap) -> Vec<String> {
@@ -136,11 +123,7 @@ fn device_row(d: &DeviceSnap) -> Vec<String> {
     vec![
         d.index.to_string(),
         d.uuid.clone().unwrap_or_else(|| "-".into()),
-        if d.limit == 0 {
-            "unlimited".into()
-        } else {
-            bytes(d.limit)
-        },
+        if d.limit == 0 { "unlimited".into() } else { bytes(d.limit) },
         bytes(d.used),
         bytes(d.context),
         bytes(d.module),
@@ -160,20 +143,12 @@ fn process_table(o: &mut String, s: &Snapshot) {
         let _ = writeln!(o, "  no processes");
         return;
     }
-    let mut rows = vec![
-        ["Slot", "PID", "Host PID", "Memory", "SM util", "Status"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    let mut rows = vec![["Slot", "PID", "Host PID", "Memory", "SM util", "Status"].map(String::from).to_vec()];
     for p in &s.procs {
         rows.push(vec![
             p.slot.to_string(),
             p.pid.to_string(),
-            if p.hostpid == 0 {
-                "-".into()
-            } else {
-                p.hostpid.to_string()
-            },
+            if p.hostpid == 0 { "-".into() } else { p.hostpid.to_string() },
             bytes(p.used_total()),
             format!("{}%", p.sm_total()),
             p.status_text().into(),
@@ -185,9 +160,7 @@ fn process_table(o: &mut String, s: &Snapshot) {
 /// Columns padded to their widest cell; `right[i]` right-aligns column i.
 fn align(o: &mut String, rows: &[Vec<String>], right: &[bool]) {
     let n = rows[0].len();
-    let w: Vec<usize> = (0..n)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
+    let w: Vec<usize> = (0..n).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     for (ri, r) in rows.iter().enumerate() {
         let mut line = String::from("  ");
         for i in 0..n {
@@ -368,10 +341,7 @@ fn label_value(v: &str) -> String {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", label_value(v)))
-        .collect();
+    let inner: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}=\"{}\"", label_value(v))).collect();
     format!("{{{}}}", inner.join(","))
 }
 
@@ -381,12 +351,7 @@ pub fn prometheus(items: &[Item]) -> String {
         if let Some(f) = fams.iter_mut().find(|f| f.name == name) {
             f.samples.push((l, v));
         } else {
-            fams.push(Family {
-                name,
-                help,
-                kind,
-                samples: vec![(l, v)],
-            });
+            fams.push(Family { name, help, kind, samples: vec![(l, v)] });
         }
     };
     for it in items {
@@ -433,12 +398,7 @@ pub fn prometheus(items: &[Item]) -> String {
         for d in &s.devices {
             let idx = d.index.to_string();
             let uuid = d.uuid.as_deref().unwrap_or("");
-            let dl = labels(&[
-                ("pod_uid", pod),
-                ("container", ctr),
-                ("device_uuid", uuid),
-                ("vdevice_index", &idx),
-            ]);
+            let dl = labels(&[("pod_uid", pod), ("container", ctr), ("device_uuid", uuid), ("vdevice_index", &idx)]);
             put(
                 "vgpu_memory_limit_bytes",
                 "Memory limit of the device slice (limit[i]; 0 = unlimited).",
@@ -570,12 +530,7 @@ mod tests {
     #[test]
     fn unusable_entries_in_every_format() {
         let p = std::path::Path::new("/h/containers/p_c/x.cache");
-        let items = [Item {
-            pod_uid: Some("p"),
-            container: Some("c"),
-            path: p,
-            result: Err("foreign \"content\""),
-        }];
+        let items = [Item { pod_uid: Some("p"), container: Some("c"), path: p, result: Err("foreign \"content\"") }];
         let j = json("node", Some(std::path::Path::new("/h")), &items);
         assert_eq!(
             j,
@@ -585,9 +540,6 @@ mod tests {
         assert!(m.starts_with("# HELP vgpu_region_unusable "), "{m}");
         assert!(m.contains("vgpu_region_unusable{pod_uid=\"p\",container=\"c\",path=\"/h/containers/p_c/x.cache\",reason=\"foreign \\\"content\\\"\"} 1"), "{m}");
         let t = table(&items);
-        assert!(
-            t.contains("pod p  container c") && t.contains("UNUSABLE: foreign"),
-            "{t}"
-        );
+        assert!(t.contains("pod p  container c") && t.contains("UNUSABLE: foreign"), "{t}");
     }
 }

@@ -171,9 +171,7 @@ pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
     for d in 0..MAX_DEVICES {
         let b = slots::container_breakdown(r, d);
         let limit = r.limit[d].load(Ordering::Relaxed);
-        let uuid = r
-            .uuid(d)
-            .or_else(|| (r.uuids[d][0].load(Ordering::Relaxed) != 0).then(|| "<invalid>".into()));
+        let uuid = r.uuid(d).or_else(|| (r.uuids[d][0].load(Ordering::Relaxed) != 0).then(|| "<invalid>".into()));
         // The monitor's devices (d < device_num), plus any with usage, plus device 0 before the
         // first NVML call has published the device list (a global limit fills all 16 limit[]).
         let listed = (d as u64) < device_num.min(MAX_DEVICES as u64) || b.total > 0 || (device_num == 0 && d == 0);
@@ -219,22 +217,11 @@ pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
             PidView::Container => pid_alive(pid),
             PidView::Host => pid_alive(hostpid),
         };
-        procs.push(ProcSnap {
-            slot: k,
-            pid,
-            hostpid,
-            status,
-            used,
-            sm_util,
-            alive,
-        });
+        procs.push(ProcSnap { slot: k, pid, hostpid, status, used, sm_util, alive });
     }
     Ok(Snapshot {
         file_size: size,
-        version: (
-            r.major_version.load(Ordering::Relaxed),
-            r.minor_version.load(Ordering::Relaxed),
-        ),
+        version: (r.major_version.load(Ordering::Relaxed), r.minor_version.load(Ordering::Relaxed)),
         extension: ext_ok,
         device_num,
         proc_num,
@@ -259,10 +246,7 @@ pub fn check_header(head: &[u8], size: u64) -> Result<(), Unusable> {
         return Err(Unusable(if magic == 0 {
             format!("not initialised (magic 0, {size} bytes)")
         } else {
-            format!(
-                "foreign content: first word {:#010x} is not the region magic",
-                magic as u32
-            )
+            format!("foreign content: first word {:#010x} is not the region magic", magic as u32)
         }));
     }
     let (major, minor) = (word(4), word(8));
@@ -270,9 +254,7 @@ pub fn check_header(head: &[u8], size: u64) -> Result<(), Unusable> {
         return Err(Unusable(format!("legacy v0 region ({size} bytes): not shown")));
     }
     if major != MAJOR_VERSION || size < V1_REGION_SIZE as u64 {
-        return Err(Unusable(format!(
-            "unknown cache file size {size} / version {major}.{minor}"
-        )));
+        return Err(Unusable(format!("unknown cache file size {size} / version {major}.{minor}")));
     }
     Ok(())
 }

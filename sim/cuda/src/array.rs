@@ -31,7 +31,7 @@ pub(crate) fn element_size(format: u32) -> Option<u64> {
         0xc1 | 0xc7 | 0xc3 | 0xc9 => 2,
         0xc2 | 0xc8 | 0xc4 | 0xca => 4,
         0xc5 | 0xcb => 8,
-        0x91..=0x9e => 1,        // block-compressed (approx.)
+        0x91..=0x9e => 1, // block-compressed (approx.)
         _ => return None,
     })
 }
@@ -66,7 +66,17 @@ pub(crate) fn array_create(ph: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) ->
         return CUDA_ERROR_INVALID_VALUE;
     }
     let d = unsafe { *d };
-    create(ph, CUDA_ARRAY3D_DESCRIPTOR { width: d.width, height: d.height, depth: 0, format: d.format, num_channels: d.num_channels, flags: 0 })
+    create(
+        ph,
+        CUDA_ARRAY3D_DESCRIPTOR {
+            width: d.width,
+            height: d.height,
+            depth: 0,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: 0,
+        },
+    )
 }
 
 pub(crate) fn array3d_create(ph: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
@@ -91,7 +101,17 @@ pub(crate) fn array_get_descriptor(d: *mut CUDA_ARRAY_DESCRIPTOR, h: CUarray) ->
         let sim = sim::lock();
         let a = sim.arrays.get(&(h as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let x = a.desc;
-        unsafe { out(d, CUDA_ARRAY_DESCRIPTOR { width: x.width, height: x.height, format: x.format, num_channels: x.num_channels }) }
+        unsafe {
+            out(
+                d,
+                CUDA_ARRAY_DESCRIPTOR {
+                    width: x.width,
+                    height: x.height,
+                    format: x.format,
+                    num_channels: x.num_channels,
+                },
+            )
+        }
     })
 }
 

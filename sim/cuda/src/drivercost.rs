@@ -47,7 +47,10 @@ fn cost_knobs() -> &'static CostKnobs {
     K.get_or_init(|| {
         let on = |n: &str| std::env::var(n).map(|v| v.trim() == "1").unwrap_or(false);
         CostKnobs {
-            module_bytes: std::env::var("VGPU_SIM_MODULE_MIB").ok().and_then(|v| v.trim().parse::<u64>().ok()).map(|m| m << 20),
+            module_bytes: std::env::var("VGPU_SIM_MODULE_MIB")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|m| m << 20),
             limit_costs: on("VGPU_SIM_LIMIT_COSTS"),
             hidden_primary: on("VGPU_SIM_HIDDEN_PRIMARY"),
         }

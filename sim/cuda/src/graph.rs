@@ -1,10 +1,10 @@
 //! Graphs with kernel nodes (built explicitly or by stream capture). An executable graph is a
 //! snapshot of its kernel nodes; a launch runs them in sequence on the stream.
 
+use crate::context::current;
 use crate::launch::{KParams, launch_seq};
 use crate::sim::{self, Sim};
 use crate::types::*;
-use crate::context::current;
 use crate::{check_init, cu_try, nonnull, out};
 use std::ffi::c_void;
 
@@ -86,7 +86,13 @@ unsafe fn deps_vec(deps: *const CUgraphNode, n: usize) -> Result<Vec<u64>, CUres
     Ok((0..n).map(|i| unsafe { *deps.add(i) } as u64).collect())
 }
 
-pub(crate) fn add_kernel_node_v1(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUDA_KERNEL_NODE_PARAMS_v1) -> CUresult {
+pub(crate) fn add_kernel_node_v1(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
     if p.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -108,7 +114,13 @@ pub(crate) fn add_kernel_node_v1(pn: *mut CUgraphNode, g: CUgraph, deps: *const 
     add_kernel_node_v2(pn, g, deps, n, &v2)
 }
 
-pub(crate) fn add_kernel_node_v2(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult {
+pub(crate) fn add_kernel_node_v2(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *const CUDA_KERNEL_NODE_PARAMS_v2,
+) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pn)?;
@@ -132,7 +144,13 @@ pub(crate) fn add_kernel_node_v2(pn: *mut CUgraphNode, g: CUgraph, deps: *const 
 }
 
 /// `cuGraphAddMemAllocNode`: address space now, device memory from the graph pool at launch.
-pub(crate) fn add_mem_alloc_node(pn: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult {
+pub(crate) fn add_mem_alloc_node(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    p: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pn)?;
@@ -263,7 +281,13 @@ pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUre
     })
 }
 
-pub(crate) fn instantiate_v1(pe: *mut CUgraphExec, g: CUgraph, err_node: *mut CUgraphNode, log: *mut u8, log_size: usize) -> CUresult {
+pub(crate) fn instantiate_v1(
+    pe: *mut CUgraphExec,
+    g: CUgraph,
+    err_node: *mut CUgraphNode,
+    log: *mut u8,
+    log_size: usize,
+) -> CUresult {
     let r = instantiate(pe, g, 0);
     unsafe {
         if !err_node.is_null() {

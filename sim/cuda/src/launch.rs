@@ -97,11 +97,25 @@ pub(crate) fn launch_seq(ps: &[KParams], h: CUstream, ptds: bool, check_func: bo
     })
 }
 
-pub(crate) fn launch_kernel(f: CUfunction, grid: [u32; 3], block: [u32; 3], shmem: u32, h: CUstream, ptds: bool) -> CUresult {
+pub(crate) fn launch_kernel(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shmem: u32,
+    h: CUstream,
+    ptds: bool,
+) -> CUresult {
     launch_seq(&[KParams { func: f as u64, grid, block, shmem }], h, ptds, true)
 }
 
-pub(crate) fn launch_cooperative(f: CUfunction, grid: [u32; 3], block: [u32; 3], shmem: u32, h: CUstream, ptds: bool) -> CUresult {
+pub(crate) fn launch_cooperative(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shmem: u32,
+    h: CUstream,
+    ptds: bool,
+) -> CUresult {
     if check_init().is_ok() {
         let p = KParams { func: f as u64, grid, block, shmem };
         let threads: u64 = block.iter().map(|&b| b as u64).product();

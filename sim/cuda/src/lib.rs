@@ -116,7 +116,8 @@ pub(crate) fn parse_visible(spec: Option<&str>, uuids: &[String]) -> Vec<usize> 
             e.parse::<usize>().ok().filter(|&i| i < n)
         } else if e.len() > 4 && e.as_bytes()[..4].eq_ignore_ascii_case(b"GPU-") {
             let e = e.as_bytes();
-            let mut m = (0..n).filter(|&i| uuids[i].as_bytes().get(..e.len()).is_some_and(|u| u.eq_ignore_ascii_case(e)));
+            let mut m =
+                (0..n).filter(|&i| uuids[i].as_bytes().get(..e.len()).is_some_and(|u| u.eq_ignore_ascii_case(e)));
             match (m.next(), m.next()) {
                 (Some(i), None) => Some(i),
                 _ => None,
@@ -264,7 +265,11 @@ mod visible_tests {
         assert_eq!(parse_visible(Some("GPU-a,1"), &u), vec![2, 1]);
         assert_eq!(parse_visible(Some("GPU-0000,2"), &u), Vec::<usize>::new(), "ambiguous prefix");
         assert_eq!(parse_visible(Some("GPU-"), &u), Vec::<usize>::new(), "bare prefix");
-        assert_eq!(parse_visible(Some("GPU-00000000-0000-4000-8000-0000000000011"), &u), Vec::<usize>::new(), "too long");
+        assert_eq!(
+            parse_visible(Some("GPU-00000000-0000-4000-8000-0000000000011"), &u),
+            Vec::<usize>::new(),
+            "too long"
+        );
         assert_eq!(parse_visible(Some("2,GPU-abcdef00"), &u), vec![2], "same device twice");
     }
 }

@@ -82,7 +82,13 @@ pub(crate) fn charge(dev: usize, bytes: u64) -> Result<(), CUresult> {
     if bytes == 0 || state().charge(my_slot(), dev, bytes) {
         Ok(())
     } else {
-        simlog!("out of memory on device {}: {} bytes requested, {} of {} used", dev, bytes, state().device_used(dev), state().device_total(dev));
+        simlog!(
+            "out of memory on device {}: {} bytes requested, {} of {} used",
+            dev,
+            bytes,
+            state().device_used(dev),
+            state().device_total(dev)
+        );
         Err(CUDA_ERROR_OUT_OF_MEMORY)
     }
 }
@@ -94,7 +100,14 @@ pub(crate) fn uncharge(dev: usize, bytes: u64) {
 }
 
 /// Allocate, back and track `size` bytes; charges `charge_bytes`.
-pub(crate) fn alloc_tracked(sim: &mut Sim, ctx: u64, dev: usize, size: u64, charge_bytes: u64, kind: AllocKind) -> Result<u64, CUresult> {
+pub(crate) fn alloc_tracked(
+    sim: &mut Sim,
+    ctx: u64,
+    dev: usize,
+    size: u64,
+    charge_bytes: u64,
+    kind: AllocKind,
+) -> Result<u64, CUresult> {
     if size == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -177,7 +190,13 @@ pub(crate) fn mem_alloc_managed(dptr: *mut CUdeviceptr, size: usize, flags: u32)
     alloc_kind(dptr, size, AllocKind::Managed)
 }
 
-pub(crate) fn mem_alloc_pitch(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: u32) -> CUresult {
+pub(crate) fn mem_alloc_pitch(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: u32,
+) -> CUresult {
     if pitch.is_null() || !matches!(elem, 4 | 8 | 16) || width == 0 || height == 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -325,8 +344,12 @@ unsafe fn pointer_attr(sim: &Sim, data: *mut c_void, attr: i32, ptr: u64) -> Res
                 CU_POINTER_ATTRIBUTE_BUFFER_ID | CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => out(data as *mut u64, base),
                 CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data as *mut u32, managed as u32),
                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data as *mut i32, crate::ordinal_of(a.dev)),
-                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE => out(data as *mut u32, (a.kind == AllocKind::Device) as u32),
-                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => out(data as *mut u64, base),
+                CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE => {
+                    out(data as *mut u32, (a.kind == AllocKind::Device) as u32)
+                }
+                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => {
+                    out(data as *mut u64, base)
+                }
                 CU_POINTER_ATTRIBUTE_RANGE_SIZE | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => out(data as *mut u64, a.size),
                 CU_POINTER_ATTRIBUTE_MAPPED => out(data as *mut u32, 1),
                 CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES => out(data as *mut u64, 0),
@@ -377,9 +400,14 @@ pub(crate) fn pointer_get_attributes(n: u32, attrs: *mut i32, data: *mut *mut c_
             if unsafe { pointer_attr(&sim, d, a, ptr) }.is_err() {
                 // Unknown pointer / unsupported attribute: zero (memory type 0 = unregistered host).
                 let sz = match a {
-                    CU_POINTER_ATTRIBUTE_MEMORY_TYPE | CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL | CU_POINTER_ATTRIBUTE_IS_MANAGED => 4,
-                    CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | CU_POINTER_ATTRIBUTE_MAPPED | CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => 4,
-                    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => 4,
+                    CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+                    | CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+                    | CU_POINTER_ATTRIBUTE_IS_MANAGED => 4,
+                    CU_POINTER_ATTRIBUTE_SYNC_MEMOPS
+                    | CU_POINTER_ATTRIBUTE_MAPPED
+                    | CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => 4,
+                    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+                    | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => 4,
                     _ => 8,
                 };
                 unsafe { std::ptr::write_bytes(d as *mut u8, 0, sz) };

@@ -85,7 +85,9 @@ pub(crate) fn module_load_data(pm: *mut CUmodule, image: *const c_void) -> CUres
         let mut sim = sim::lock();
         let (ctx, dev) = current(&mut sim)?;
         let h = new_module(&mut sim, ctx);
-        if let Err(e) = crate::drivercost::module_loaded(&mut sim, h, dev, unsafe { crate::drivercost::image_len(image) }) {
+        if let Err(e) =
+            crate::drivercost::module_loaded(&mut sim, h, dev, unsafe { crate::drivercost::image_len(image) })
+        {
             unload(&mut sim, h);
             return Err(e);
         }
@@ -126,7 +128,12 @@ pub(crate) fn module_get_function(pf: *mut CUfunction, m: CUmodule, name: *const
     })
 }
 
-pub(crate) fn module_get_global(dptr: *mut CUdeviceptr, bytes: *mut usize, m: CUmodule, name: *const c_char) -> CUresult {
+pub(crate) fn module_get_global(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
     cu_try!({
         check_init()?;
         let name = cstr(name)?;
@@ -235,20 +242,20 @@ pub(crate) fn func_get_module(pm: *mut CUmodule, f: CUfunction) -> CUresult {
 
 fn default_func_attr(a: i32) -> Option<i32> {
     Some(match a {
-        0 => 1024,  // MAX_THREADS_PER_BLOCK
-        1 => 0,     // SHARED_SIZE_BYTES
-        2 => 0,     // CONST_SIZE_BYTES
-        3 => 0,     // LOCAL_SIZE_BYTES
-        4 => 32,    // NUM_REGS
-        5 => 90,    // PTX_VERSION
-        6 => 90,    // BINARY_VERSION
-        7 => 0,     // CACHE_MODE_CA
-        8 => 49152, // MAX_DYNAMIC_SHARED_SIZE_BYTES
-        9 => -1,    // PREFERRED_SHARED_MEMORY_CARVEOUT
-        10 => 0,    // CLUSTER_SIZE_MUST_BE_SET
+        0 => 1024,    // MAX_THREADS_PER_BLOCK
+        1 => 0,       // SHARED_SIZE_BYTES
+        2 => 0,       // CONST_SIZE_BYTES
+        3 => 0,       // LOCAL_SIZE_BYTES
+        4 => 32,      // NUM_REGS
+        5 => 90,      // PTX_VERSION
+        6 => 90,      // BINARY_VERSION
+        7 => 0,       // CACHE_MODE_CA
+        8 => 49152,   // MAX_DYNAMIC_SHARED_SIZE_BYTES
+        9 => -1,      // PREFERRED_SHARED_MEMORY_CARVEOUT
+        10 => 0,      // CLUSTER_SIZE_MUST_BE_SET
         11..=13 => 0, // REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH
-        14 => 0,    // NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-        15 => 0,    // CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        14 => 0,      // NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        15 => 0,      // CLUSTER_SCHEDULING_POLICY_PREFERENCE
         _ => return None,
     })
 }

@@ -130,7 +130,13 @@ pub(crate) fn free_block(sim: &mut Sim, pool: u64, ptr: u64) {
     }
 }
 
-pub(crate) fn mem_alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<CUmemoryPool>, h: CUstream, ptds: bool) -> CUresult {
+pub(crate) fn mem_alloc_async(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: Option<CUmemoryPool>,
+    h: CUstream,
+    ptds: bool,
+) -> CUresult {
     cu_try!({
         nonnull(dptr)?;
         let mut sim = sim::lock();

@@ -51,14 +51,24 @@ pub(crate) fn lookup(name: &str, ver: i32, flags: u64) -> Result<*const c_void, 
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     };
     let best = |ptds: bool| cands.iter().filter(|e| e.ptds == ptds && e.ver as i64 <= ver as i64).max_by_key(|e| e.ver);
-    let pick = if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 { best(true).or_else(|| best(false)) } else { best(false) };
+    let pick = if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 {
+        best(true).or_else(|| best(false))
+    } else {
+        best(false)
+    };
     match pick {
         Some(e) => Ok(e.f),
         None => Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)),
     }
 }
 
-pub(crate) unsafe fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, ver: i32, flags: u64, status: *mut i32) -> CUresult {
+pub(crate) unsafe fn get_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    ver: i32,
+    flags: u64,
+    status: *mut i32,
+) -> CUresult {
     let set_status = |s: i32| {
         if !status.is_null() {
             unsafe { *status = s };
@@ -157,7 +167,10 @@ mod tests {
     #[test]
     fn lookup_semantics() {
         assert_eq!(sym_of("cuMemAlloc", 12000, 0), Ok("cuMemAlloc_v2"));
-        assert_eq!(sym_of("cuMemAlloc", 2000, 0), Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)));
+        assert_eq!(
+            sym_of("cuMemAlloc", 2000, 0),
+            Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT))
+        );
         assert_eq!(sym_of("cuNope", 12000, 0), Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)));
         assert_eq!(sym_of("", 12000, 0), Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)));
         assert_eq!(sym_of("cuLaunchKernel", 12090, 2), Ok("cuLaunchKernel_ptsz"));

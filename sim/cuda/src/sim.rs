@@ -110,7 +110,10 @@ pub(crate) fn sleep_until(t: u64) {
             return;
         }
         let d = t - n;
-        let ts = libc::timespec { tv_sec: (d / 1_000_000_000) as libc::time_t, tv_nsec: (d % 1_000_000_000) as libc::c_long };
+        let ts = libc::timespec {
+            tv_sec: (d / 1_000_000_000) as libc::time_t,
+            tv_nsec: (d % 1_000_000_000) as libc::c_long,
+        };
         unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
     }
 }

@@ -75,7 +75,10 @@ pub(crate) fn stream_create(ph: *mut CUstream, flags: u32, priority: i32) -> CUr
         let mut sim = sim::lock();
         let (ctx, dev) = current(&mut sim)?;
         let h = sim::new_handle();
-        sim.streams.insert(SKey::Explicit(h), Stream { ctx, dev, tail: 0, flags, priority: priority.clamp(-5, 0), capture: None });
+        sim.streams.insert(
+            SKey::Explicit(h),
+            Stream { ctx, dev, tail: 0, flags, priority: priority.clamp(-5, 0), capture: None },
+        );
         unsafe { out(ph, h as CUstream) }
     })
 }
@@ -172,7 +175,11 @@ pub(crate) fn is_capturing(h: CUstream, status: *mut i32, ptds: bool) -> CUresul
         nonnull(status)?;
         let mut sim = sim::lock();
         let k = resolve(&mut sim, h, ptds)?;
-        let st = if sim.streams[&k].capture.is_some() { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE };
+        let st = if sim.streams[&k].capture.is_some() {
+            CU_STREAM_CAPTURE_STATUS_ACTIVE
+        } else {
+            CU_STREAM_CAPTURE_STATUS_NONE
+        };
         unsafe { out(status, st) }
     })
 }

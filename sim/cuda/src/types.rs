@@ -134,11 +134,23 @@ pub const ERRORS: &[(CUresult, &str, &str)] = &[
     (903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not ended in the same stream as it began"),
     (904, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capturing stream has unjoined work"),
     (905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "dependency created on uncaptured work in another stream"),
-    (906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "operation would make the legacy stream depend on a capturing blocking stream"),
+    (
+        906,
+        "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+        "operation would make the legacy stream depend on a capturing blocking stream",
+    ),
     (907, "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"),
-    (908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"),
+    (
+        908,
+        "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+        "attempt to terminate a thread-local capture sequence from another thread",
+    ),
     (909, "CUDA_ERROR_TIMEOUT", "wait operation timed out"),
-    (910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
+    (
+        910,
+        "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
+        "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update",
+    ),
     (999, "CUDA_ERROR_UNKNOWN", "unknown error"),
 ];
 

@@ -37,7 +37,12 @@ fn read_prop(prop: *const CUmemAllocationProp) -> Result<(CUmemAllocationProp, u
     Ok((p, d))
 }
 
-pub(crate) fn mem_create(ph: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult {
+pub(crate) fn mem_create(
+    ph: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(ph)?;
@@ -78,7 +83,13 @@ pub(crate) fn mem_release(h: CUmemGenericAllocationHandle) -> CUresult {
     })
 }
 
-pub(crate) fn address_reserve(pptr: *mut CUdeviceptr, size: usize, align: usize, _addr: CUdeviceptr, _flags: u64) -> CUresult {
+pub(crate) fn address_reserve(
+    pptr: *mut CUdeviceptr,
+    size: usize,
+    align: usize,
+    _addr: CUdeviceptr,
+    _flags: u64,
+) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pptr)?;
@@ -89,7 +100,14 @@ pub(crate) fn address_reserve(pptr: *mut CUdeviceptr, size: usize, align: usize,
         let align = (align as u64).max(GRANULE);
         let len = (size + align) as usize;
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
@@ -163,7 +181,13 @@ fn in_reservation(sim: &Sim, ptr: u64, size: u64) -> bool {
     }
 }
 
-pub(crate) fn mem_map(ptr: CUdeviceptr, size: usize, offset: usize, h: CUmemGenericAllocationHandle, flags: u64) -> CUresult {
+pub(crate) fn mem_map(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    h: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
     cu_try!({
         check_init()?;
         let (size, offset) = (size as u64, offset as u64);

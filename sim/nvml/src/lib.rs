@@ -211,7 +211,12 @@ fn init() -> nvmlReturn_t {
     let s = STATE.get_or_init(|| match SimState::open_default() {
         Ok(s) => Some(s),
         Err(e) => {
-            let line = format!("[sim-nvml] {} cannot open state file {}: {}\n", std::process::id(), sim_state::default_path(), e);
+            let line = format!(
+                "[sim-nvml] {} cannot open state file {}: {}\n",
+                std::process::id(),
+                sim_state::default_path(),
+                e
+            );
             unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
             None
         }
@@ -327,7 +332,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, h: *mut 
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         let u = unsafe { CStr::from_ptr(uuid) }.to_string_lossy();
-        let i = (0..s.device_count()).find(|&i| s.device_uuid(i).eq_ignore_ascii_case(u.trim())).ok_or(NVML_ERROR_NOT_FOUND)?;
+        let i = (0..s.device_count())
+            .find(|&i| s.device_uuid(i).eq_ignore_ascii_case(u.trim()))
+            .ok_or(NVML_ERROR_NOT_FOUND)?;
         unsafe { put(h, handle(i)) }
     }))
 }
@@ -407,7 +414,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(h: nvmlDevice_t, p: *mut nvmlPc
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(h: nvmlDevice_t, major: *mut i32, minor: *mut i32) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    h: nvmlDevice_t,
+    major: *mut i32,
+    minor: *mut i32,
+) -> nvmlReturn_t {
     ret(dev_index(h).and_then(|_| unsafe {
         put(major, 9)?;
         put(minor, 0)
@@ -440,7 +451,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(h: nvmlDevice_t, m: *mut nvm
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
         let (total, used) = memory(s, d);
-        unsafe { put(m, nvmlMemory_v2_t { version: NVML_MEMORY_V2, total, reserved: 0, free: total.saturating_sub(used), used }) }
+        unsafe {
+            put(
+                m,
+                nvmlMemory_v2_t { version: NVML_MEMORY_V2, total, reserved: 0, free: total.saturating_sub(used), used },
+            )
+        }
     }))
 }
 
@@ -461,7 +477,12 @@ fn compute_processes(s: &SimState, d: usize) -> Vec<(u32, u64)> {
         .collect()
 }
 
-unsafe fn running_processes<T>(h: nvmlDevice_t, count: *mut u32, infos: *mut T, make: impl Fn(u32, u64) -> T) -> nvmlReturn_t {
+unsafe fn running_processes<T>(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    infos: *mut T,
+    make: impl Fn(u32, u64) -> T,
+) -> nvmlReturn_t {
     ret(dev_index(h).and_then(|(d, s)| {
         if count.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -487,17 +508,29 @@ fn v2(pid: u32, used: u64) -> nvmlProcessInfo_t {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(h: nvmlDevice_t, count: *mut u32, infos: *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
     unsafe { running_processes(h, count, infos, |pid, used| nvmlProcessInfo_v1_t { pid, used_gpu_memory: used }) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(h: nvmlDevice_t, count: *mut u32, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
     unsafe { running_processes(h, count, infos, v2) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(h: nvmlDevice_t, count: *mut u32, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
     unsafe { running_processes(h, count, infos, v2) }
 }
 
@@ -506,17 +539,29 @@ unsafe fn no_processes(h: nvmlDevice_t, count: *mut u32) -> nvmlReturn_t {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(h: nvmlDevice_t, count: *mut u32, _i: *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    _i: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
     unsafe { no_processes(h, count) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(h: nvmlDevice_t, count: *mut u32, _i: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    _i: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
     unsafe { no_processes(h, count) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(h: nvmlDevice_t, count: *mut u32, _i: *mut nvmlProcessInfo_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    h: nvmlDevice_t,
+    count: *mut u32,
+    _i: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
     unsafe { no_processes(h, count) }
 }
 

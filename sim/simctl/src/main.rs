@@ -17,9 +17,7 @@ use std::io::Write;
 use std::process::exit;
 
 fn usage() -> ! {
-    eprintln!(
-        "usage: simctl [--state PATH] procs | devices | sample --interval-ms N --count K [--pids a,b]"
-    );
+    eprintln!("usage: simctl [--state PATH] procs | devices | sample --interval-ms N --count K [--pids a,b]");
     exit(2)
 }
 
@@ -67,7 +65,14 @@ fn devices(st: &SimState) {
     let now = now_mono_ns();
     println!("device total_bytes used_bytes busy_ns uuid");
     for d in 0..st.device_count() {
-        println!("{} {} {} {} {}", d, st.device_total(d), st.device_used(d), st.device_busy_ns(d, now), st.device_uuid(d));
+        println!(
+            "{} {} {} {} {}",
+            d,
+            st.device_total(d),
+            st.device_used(d),
+            st.device_busy_ns(d, now),
+            st.device_uuid(d)
+        );
     }
 }
 

@@ -302,7 +302,8 @@ impl SimState {
         let tmp = format!("{}.tmp.{}.{}", path, std::process::id(), now_mono_ns());
         let ctmp = cpath(&tmp)?;
         let cp = cpath(path)?;
-        let fd = unsafe { libc::open(ctmp.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o666) };
+        let fd =
+            unsafe { libc::open(ctmp.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o666) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -760,7 +761,9 @@ impl SimState {
     pub fn pid_busy_ns(&self, pid: u32, dev: usize, until: u64) -> u64 {
         let h = self.sh();
         (0..MAX_PROCS)
-            .filter(|&s| h.procs[s].state.load(Ordering::Acquire) == ST_ALIVE && h.procs[s].pid.load(Ordering::Relaxed) == pid)
+            .filter(|&s| {
+                h.procs[s].state.load(Ordering::Acquire) == ST_ALIVE && h.procs[s].pid.load(Ordering::Relaxed) == pid
+            })
             .map(|s| self.busy_ns(s, dev, until))
             .sum()
     }

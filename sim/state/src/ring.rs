@@ -9,11 +9,7 @@ pub struct Interval {
 
 /// Busy ns of `intervals` that lies before `until`.
 pub fn busy_in_intervals(intervals: &[Interval], until: u64) -> u64 {
-    intervals
-        .iter()
-        .filter(|i| i.start < until)
-        .map(|i| i.end.min(until).saturating_sub(i.start))
-        .sum()
+    intervals.iter().filter(|i| i.start < until).map(|i| i.end.min(until).saturating_sub(i.start)).sum()
 }
 
 /// Busy ns in the window `[from, to)`.

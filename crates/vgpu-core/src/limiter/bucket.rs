@@ -15,8 +15,8 @@
 //!   A refund may lift the balance above the cap (it returns a past over-charge), up to twice
 //!   the cap; refills never add above the cap but do not take such a refund away.
 
-use super::words::Words;
 use super::PPM;
+use super::words::Words;
 use crate::region::DeviceLimiterState;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 

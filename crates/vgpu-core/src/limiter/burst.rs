@@ -128,7 +128,12 @@ const MASK: u64 = (1 << FIELD) - 1;
 impl State {
     pub fn load(w: Words<'_>) -> State {
         let s = w.burst_signals().load(Relaxed);
-        State { rate_ppm: w.burst_rate_ppm().load(Relaxed), others_ppm: s & MASK, peak_ppm: (s >> FIELD) & MASK, busy_ppm: (s >> (2 * FIELD)) & MASK }
+        State {
+            rate_ppm: w.burst_rate_ppm().load(Relaxed),
+            others_ppm: s & MASK,
+            peak_ppm: (s >> FIELD) & MASK,
+            busy_ppm: (s >> (2 * FIELD)) & MASK,
+        }
     }
 
     fn signals(&self) -> u64 {
@@ -175,7 +180,12 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     };
     let room = PPM as f64 + PEAK_SLACK * PPM as f64 - peak - lim.limit_ppm as f64;
     nx = nx.min(room.max(0.0));
-    State { rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64), others_ppm: others.round() as u64, peak_ppm: peak.round() as u64, busy_ppm: busy }
+    State {
+        rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64),
+        others_ppm: others.round() as u64,
+        peak_ppm: peak.round() as u64,
+        busy_ppm: busy,
+    }
 }
 
 /// `BACKOFF^steps` without libm (`powf` would add a NEEDED libm.so.6 to the shim): whole steps
@@ -414,9 +424,21 @@ mod tests {
     fn long_spans_count_as_several_steps_and_stale_spans_as_none() {
         let l = Limits::new(30, 100).unwrap();
         let one = step(rate(PPM), l, obs(100.0, 90.0));
-        let long = step(rate(PPM), l, Observation { span_ns: 3 * STEP_NS, device_busy_ns: 3 * STEP_NS, own_busy_ns: 27 * STEP_NS / 10, others_present: false });
+        let long = step(
+            rate(PPM),
+            l,
+            Observation {
+                span_ns: 3 * STEP_NS,
+                device_busy_ns: 3 * STEP_NS,
+                own_busy_ns: 27 * STEP_NS / 10,
+                others_present: false,
+            },
+        );
         assert!(long.rate_ppm < one.rate_ppm, "{long:?} {one:?}");
-        assert_eq!(step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, ..Observation::default() }).rate_ppm, MAX_RATE_PPM);
+        assert_eq!(
+            step(rate(PPM), l, Observation { span_ns: 2 * MAX_SPAN_NS, ..Observation::default() }).rate_ppm,
+            MAX_RATE_PPM
+        );
     }
 
     #[test]

@@ -77,7 +77,16 @@ impl Default for Correction {
 
 impl Correction {
     pub fn new() -> Self {
-        Correction { bins: VecDeque::new(), obs: VecDeque::new(), lag_ns: 0, first_charge: 0, k: 1.0, last_update: 0, last_ratio: None, last_tol: 0.0 }
+        Correction {
+            bins: VecDeque::new(),
+            obs: VecDeque::new(),
+            lag_ns: 0,
+            first_charge: 0,
+            k: 1.0,
+            last_update: 0,
+            last_ratio: None,
+            last_tol: 0.0,
+        }
     }
 
     /// Charges are multiplied by this.

@@ -255,7 +255,14 @@ impl Default for CostModel {
 
 impl CostModel {
     pub fn new() -> CostModel {
-        CostModel { map: HashMap::new(), per_block_ps: HashMap::new(), last_estimate: INITIAL_GUESS_NS, last_sample_start: 0, unknown_in_flight: 0, gate_token: 0 }
+        CostModel {
+            map: HashMap::new(),
+            per_block_ps: HashMap::new(),
+            last_estimate: INITIAL_GUESS_NS,
+            last_sample_start: 0,
+            unknown_in_flight: 0,
+            gate_token: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -312,13 +319,25 @@ impl CostModel {
                 } else {
                     gap_ok && now.saturating_sub(e.last_sample_at) >= SAMPLE_INTERVAL_NS
                 };
-                Prediction { cost_ns: v, sample: !e.pending && due, guessed: false, wait_for_first: false, unknown: false }
+                Prediction {
+                    cost_ns: v,
+                    sample: !e.pending && due,
+                    guessed: false,
+                    wait_for_first: false,
+                    unknown: false,
+                }
             }
             None => {
                 // At most one launch of unknown cost in flight per process: a second unknown
                 // signature also waits for the first one's sample.
                 let wait = !based && (e.pending || (self.unknown_in_flight > 0 && !e.first_pending));
-                Prediction { cost_ns: guess, sample: !e.pending, guessed: true, wait_for_first: wait, unknown: !based && !wait && !e.pending }
+                Prediction {
+                    cost_ns: guess,
+                    sample: !e.pending,
+                    guessed: true,
+                    wait_for_first: wait,
+                    unknown: !based && !wait && !e.pending,
+                }
             }
         }
     }

@@ -9,9 +9,9 @@
 
 use super::bucket::{Admission, Bucket, Params};
 use super::burst::{self, Limits, Observation};
-use super::words::Words;
 use super::correction::Correction;
 use super::cost::{self, CostModel, Sig};
+use super::words::Words;
 use super::words::new_state;
 use crate::region::DeviceLimiterState;
 use std::cmp::Reverse;
@@ -92,8 +92,12 @@ pub fn run(sc: &Scenario) -> Outcome {
     let mut rng = Rng(sc.seed | 1);
     let states: Vec<Box<DeviceLimiterState>> = sc.containers.iter().map(|_| new_state()).collect();
     let base: Vec<Option<Params>> = sc.containers.iter().map(|c| Params::for_limit(c.0)).collect();
-    let lims: Vec<Option<Limits>> =
-        sc.containers.iter().enumerate().map(|(i, c)| Limits::new(c.0, sc.ceilings.get(i).copied().unwrap_or(0))).collect();
+    let lims: Vec<Option<Limits>> = sc
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Limits::new(c.0, sc.ceilings.get(i).copied().unwrap_or(0)))
+        .collect();
     // The bucket parameters of container `ci` now: the limit's, or the burst controller's rate.
     let params_of = |ci: usize| -> Option<Params> {
         match lims[ci] {
@@ -171,14 +175,24 @@ pub fn run(sc: &Scenario) -> Outcome {
             } else {
                 // Device utilisation (integer percent) and the container's own charges.
                 let dev: u64 = procs.iter().map(|p| busy_in(&p.busy, last, now)).sum();
-                Observation { span_ns: span, device_busy_ns: pct(dev) * span / 100, own_busy_ns: charged.saturating_sub(last_charged), others_present: false }
+                Observation {
+                    span_ns: span,
+                    device_busy_ns: pct(dev) * span / 100,
+                    own_busy_ns: charged.saturating_sub(last_charged),
+                    others_present: false,
+                }
             };
             tick_state[ci] = (now, charged);
             let l = lims[ci].unwrap();
             let st = burst::step(burst::State::load(w), l, obs);
             burst::publish(w, st);
             if std::env::var("VSIM_BURST").is_ok() {
-                println!("t={:.3} c{ci} busy={} others={} {st:?}", (now - t0) as f64 / 1e9, obs.busy_ppm(), obs.others_ppm());
+                println!(
+                    "t={:.3} c{ci} busy={} others={} {st:?}",
+                    (now - t0) as f64 / 1e9,
+                    obs.busy_ppm(),
+                    obs.others_ppm()
+                );
             }
             q.push(Reverse((now + burst::STEP_NS + rng.range(0, 2 * MS), seq, pi)));
             seq += 1;
@@ -194,7 +208,12 @@ pub fn run(sc: &Scenario) -> Outcome {
                     if let Some(k) = p.corr.update(now)
                         && std::env::var("VSIM_K").is_ok()
                     {
-                        println!("t={:.3} c{} k={k:.3} r={:?}", (now - t0) as f64 / 1e9, p.container, p.corr.last_ratio());
+                        println!(
+                            "t={:.3} c{} k={k:.3} r={:?}",
+                            (now - t0) as f64 / 1e9,
+                            p.container,
+                            p.corr.last_ratio()
+                        );
                     }
                 }
             }
@@ -213,7 +232,15 @@ pub fn run(sc: &Scenario) -> Outcome {
                 let delta = p.model.sample_done(sig, measured, now);
                 if ci == 1 && std::env::var("VSIM_TRACE_B").is_ok() {
                     let bal = params_of(ci).map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
-                    println!("t={:.3} p{pi} sample sig={} measured={:.2}ms est={:?} delta={:.2}ms bal={:.2}ms", (now - t0) as f64 / 1e9, sig.grid[0], measured as f64 / 1e6, p.model.estimate(&sig), delta as f64 / 1e6, bal as f64 / 1e6);
+                    println!(
+                        "t={:.3} p{pi} sample sig={} measured={:.2}ms est={:?} delta={:.2}ms bal={:.2}ms",
+                        (now - t0) as f64 / 1e9,
+                        sig.grid[0],
+                        measured as f64 / 1e6,
+                        p.model.estimate(&sig),
+                        delta as f64 / 1e6,
+                        bal as f64 / 1e6
+                    );
                 }
                 if let Some(prm) = params_of(ci) {
                     let k = p.corr.k();
@@ -299,7 +326,11 @@ pub fn run(sc: &Scenario) -> Outcome {
         if ci == 0 && dur > MS && std::env::var("VSIM_TRACE").is_ok() {
             let bal = params_of(ci).map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
             let (t, st, w) = ((now - t0) as f64 / 1e9, (start - t0) as f64 / 1e9, (start - start_ev) as f64 / 1e6);
-            println!("t={t:.3} p{pi} start={st:.3} wait={w:.3}ms est={:?} bal={:.3}ms sample={sample}", p.model.estimate(&sig), bal as f64 / 1e6);
+            println!(
+                "t={t:.3} p{pi} start={st:.3} wait={w:.3}ms est={:?} bal={:.3}ms sample={sample}",
+                p.model.estimate(&sig),
+                bal as f64 / 1e6
+            );
         }
         if sample {
             p.model.sample_started(sig, now);
@@ -345,7 +376,15 @@ fn busy_in(busy: &[(u64, u64)], from: u64, to: u64) -> u64 {
 }
 
 fn scenario(containers: Vec<(u64, usize, Work)>, nvml: bool, seed: u64) -> Scenario {
-    Scenario { containers, nvml, seconds: 6, seed, oversleep: (60 * US, 400 * US), ceilings: Vec::new(), starts: Vec::new() }
+    Scenario {
+        containers,
+        nvml,
+        seconds: 6,
+        seed,
+        oversleep: (60 * US, 400 * US),
+        ceilings: Vec::new(),
+        starts: Vec::new(),
+    }
 }
 
 const SHORT: Work = Work::Fixed(50 * US);
@@ -391,7 +430,11 @@ fn two_containers_30_60() {
     for w in [SHORT, LONG, MIX] {
         for nvml in [true, false] {
             let o = run(&scenario(vec![(30, 2, w), (60, 2, w)], nvml, 99));
-            assert!((o.share[0] - 30.0).abs() <= 3.0 && (o.share[1] - 60.0).abs() <= 3.0, "{w:?} nvml {nvml}: {:?}", o.share);
+            assert!(
+                (o.share[0] - 30.0).abs() <= 3.0 && (o.share[1] - 60.0).abs() <= 3.0,
+                "{w:?} nvml {nvml}: {:?}",
+                o.share
+            );
         }
     }
 }
@@ -427,7 +470,9 @@ fn debug_pair() {
     for w in [SHORT, LONG, MIX] {
         for nvml in [true, false] {
             for seed in [99, 1, 2] {
-                if only.is_some_and(|o| o != seed) || (only.is_some() && (nvml || !matches!(w, Work::Fixed(20_000_000)))) {
+                if only.is_some_and(|o| o != seed)
+                    || (only.is_some() && (nvml || !matches!(w, Work::Fixed(20_000_000))))
+                {
                     continue;
                 }
                 let o = run(&scenario(vec![(30, 2, w), (60, 2, w)], nvml, seed));
@@ -470,7 +515,15 @@ fn debug_burst() {
         let bs = burst_run(&[(30, 100, np), (50, 0, np)], w, nvml, vec![0, 2 * S], 4, 5);
         println!(
             "{w:?} np {np} nvml {nvml}: alone {:.1} | A+B {:.1}/{:.1} | A+C {:.1}/{:.1} | A+D {:.1}/{:.1} | B start: first 1 s {:.1} (A {:.1})",
-            a.share[0], ab.share[0], ab.share[1], ac.share[0], ac.share[1], ad.share[0], ad.share[1], window(&bs, 1, 2 * S), window(&bs, 0, 2 * S)
+            a.share[0],
+            ab.share[0],
+            ab.share[1],
+            ac.share[0],
+            ac.share[1],
+            ad.share[0],
+            ad.share[1],
+            window(&bs, 1, 2 * S),
+            window(&bs, 0, 2 * S)
         );
         if std::env::var("SERIES").is_ok() {
             println!("  A {:?}", &bs.series[0][15..35].iter().map(|v| v.round()).collect::<Vec<_>>());
@@ -513,11 +566,23 @@ fn two_bursting_share_the_remainder_by_guarantee() {
             // Targets: each 50 ± 5, together ≥ 92. Long kernels quantise the sawtooth: 90.
             let short = matches!(w, Work::Fixed(50_000));
             let (tot, band) = if short { (92.0, 5.0) } else { (90.0, 8.0) };
-            assert!((a - 50.0).abs() <= band && (c - 50.0).abs() <= band && a + c >= tot, "{w:?} np {np}: {:?}", o.share);
+            assert!(
+                (a - 50.0).abs() <= band && (c - 50.0).abs() <= band && a + c >= tot,
+                "{w:?} np {np}: {:?}",
+                o.share
+            );
             // Mean of two seeds: 20 ms kernels × 8 processes on a FIFO device make one run lumpy.
-            let (o1, o2) = (burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 14), burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 24));
+            let (o1, o2) = (
+                burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 14),
+                burst_run(&[(20, 100, np), (60, 100, np)], w, true, vec![], 6, 24),
+            );
             let (a, d) = ((o1.share[0] + o2.share[0]) / 2.0, (o1.share[1] + o2.share[1]) / 2.0);
-            assert!((a - 25.0).abs() <= 5.0 && (d - 75.0).abs() <= 6.5 && a < d / 2.0, "{w:?} np {np}: {:?} {:?}", o1.share, o2.share);
+            assert!(
+                (a - 25.0).abs() <= 5.0 && (d - 75.0).abs() <= 6.5 && a < d / 2.0,
+                "{w:?} np {np}: {:?} {:?}",
+                o1.share,
+                o2.share
+            );
         }
     }
 }
