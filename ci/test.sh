@@ -8,6 +8,9 @@ ci/deps.sh
 # bare Debian python3) also fetches NVIDIA's headers for the ABI conformance test.
 VGPU_PYTHON="$(ci/venv.sh)"
 export VGPU_PYTHON
+# Formatting and lint gate (rustfmt.toml; the format-only commit is in .git-blame-ignore-revs).
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2
