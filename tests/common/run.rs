@@ -318,6 +318,15 @@ impl Spawned {
     pub fn try_line(&self) -> Option<String> {
         self.lines.try_recv().ok()
     }
+    /// The stdout lines still to come until it closes its stdout, waiting at most `bound` in all.
+    pub fn rest_of_stdout(&self, bound: Duration) -> Vec<String> {
+        let end = Instant::now() + bound;
+        let mut v = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            v.push(l);
+        }
+        v
+    }
     /// Wait for it to end, unbounded, and reap it (`None`: already reaped or wait failed).
     pub fn wait_blocking(&mut self) -> Option<ExitStatus> {
         self.child.take()?.wait().ok()
