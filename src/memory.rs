@@ -282,57 +282,6 @@ pub unsafe fn mem_create(
     })
 }
 
-/// Physical VMM memory is freed only when its handle is released AND its last mapping is gone
-/// ("create, map, release the handle, keep using the mapping" is the normal pattern), so a
-/// counted handle stays counted until both have happened.
-#[derive(Default)]
-pub struct VmmBook {
-    /// Counted handle → (live mappings, released).
-    handles: std::collections::HashMap<u64, (u32, bool)>,
-    /// Mapping start address → (size, handle).
-    maps: std::collections::BTreeMap<u64, (u64, u64)>,
-}
-
-impl VmmBook {
-    fn mapped(&mut self, va: u64, size: u64, handle: u64) {
-        self.maps.insert(va, (size, handle));
-        self.handles.entry(handle).or_insert((0, false)).0 += 1;
-    }
-
-    /// Forget the mappings inside `[va, va+size)`; returns released handles whose last mapping
-    /// went away (to uncount now).
-    fn unmapped(&mut self, va: u64, size: u64) -> Vec<u64> {
-        let end = va.saturating_add(size);
-        let gone: Vec<(u64, u64)> = self.maps.range(va..end).map(|(&a, &(_, h))| (a, h)).collect();
-        let mut free = Vec::new();
-        for (a, h) in gone {
-            self.maps.remove(&a);
-            if let Some(e) = self.handles.get_mut(&h) {
-                e.0 = e.0.saturating_sub(1);
-                if e.0 == 0 {
-                    let released = e.1;
-                    self.handles.remove(&h);
-                    if released {
-                        free.push(h);
-                    }
-                }
-            }
-        }
-        free
-    }
-
-    /// The handle was released: true if it can be uncounted now (no live mapping).
-    fn released(&mut self, handle: u64) -> bool {
-        match self.handles.get_mut(&handle) {
-            Some(e) if e.0 > 0 => {
-                e.1 = true;
-                false
-            }
-            _ => true,
-        }
-    }
-}
-
 pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CUmemGenericAllocationHandle) -> CUresult {
     let r = unsafe { real(handle) };
     if r == CUDA_SUCCESS {

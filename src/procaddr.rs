@@ -6,6 +6,7 @@
 use crate::ffi::*;
 use crate::hooks;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use vgpu_core::symname::base_name;
 use vgpu_core::sync::OnceBox;
 
 /// (real address, hook address), sorted by real address.
@@ -60,23 +61,6 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64) {
             );
         }
     }
-}
-
-/// `cuMemAlloc_v2` → `cuMemAlloc`, `cuLaunchKernel_ptsz` → `cuLaunchKernel`.
-fn base_name(name: &[u8]) -> &[u8] {
-    let mut n = name;
-    for suffix in [&b"_ptsz"[..], b"_ptds"] {
-        if let Some(s) = n.strip_suffix(suffix) {
-            n = s;
-        }
-    }
-    if let Some(pos) = n.iter().rposition(|&c| c == b'_') {
-        let tail = &n[pos + 1..];
-        if tail.len() >= 2 && tail[0] == b'v' && tail[1..].iter().all(u8::is_ascii_digit) {
-            return &n[..pos];
-        }
-    }
-    n
 }
 
 /// # Safety

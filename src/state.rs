@@ -32,7 +32,7 @@ pub struct State {
     /// Handle of each device's primary context (to release what dies with it).
     pub primary_ctx: [AtomicU64; MAX_DEVICES],
     /// Mappings of counted VMM handles (memory stays allocated until released AND unmapped).
-    pub vmm: Mutex<crate::memory::VmmBook>,
+    pub vmm: Mutex<vgpu_core::vmm::VmmBook>,
 }
 
 const UNINIT: u8 = 0;

@@ -6,12 +6,10 @@
 mod common;
 mod memory_support;
 
-use common::{Sandbox, artifacts};
+use common::{Sandbox, Spawned, artifacts};
 use memory_support::{MIB, Snap};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const GRANULE: u64 = 2 * MIB;
@@ -24,59 +22,27 @@ fn truth_client() -> PathBuf {
 }
 
 struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    rx: Receiver<String>,
+    p: Spawned,
     pid: u32,
-    err: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 /// Environment of every client: a sandboxed simulated node with the driver costs on.
 fn spawn(sb: &Sandbox, region: &Path, extra: &[(&str, &str)]) -> Client {
-    let a = artifacts();
-    let mut cmd = Command::new(truth_client());
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().to_string();
-        if ["CUDA_", "VGPU_", "LIBCUDA_", "NVIDIA_", "HAMI_", "LD_"].iter().any(|p| k.starts_with(p)) {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.env("VGPU_SIM_STATE", sb.state())
+    let mut run = sb
+        .run(truth_client())
+        .shim(true)
         .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", region)
-        .env("LD_LIBRARY_PATH", &a.simlib)
-        .env("LD_PRELOAD", &a.shim)
+        .env_remove("VGPU_SIM_COUNT_FILE")
         .env("VGPU_SIM_CTX_MIB", CTX_MIB.to_string())
         .env("VGPU_SIM_MODULE_MIB", "1")
         .env("VGPU_SIM_LIMIT_COSTS", "1")
         .env("VGPU_SIM_SM_COUNT", "8")
         .env("VGPU_SIM_MEM_MIB", "16384");
     for (k, v) in extra {
-        cmd.env(k, v);
+        run = run.env(k, v);
     }
-    cmd.current_dir(&sb.dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn truth_client");
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let err = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let e2 = err.clone();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let mut e = e2.lock().unwrap();
-            e.push_str(&l);
-            e.push('\n');
-        }
-    });
-    let pid = child.id();
-    let mut c = Client { child, stdin, rx, pid, err };
+    let p = run.spawn();
+    let mut c = Client { pid: p.pid, p };
     let r = c.read();
     assert!(r.contains("ready=1"), "client did not start: {r} {}", c.stderr());
     c
@@ -84,16 +50,15 @@ fn spawn(sb: &Sandbox, region: &Path, extra: &[(&str, &str)]) -> Client {
 
 impl Client {
     fn read(&mut self) -> String {
-        self.rx
-            .recv_timeout(Duration::from_secs(20))
+        self.p
+            .recv_line(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("client {} silent; stderr:\n{}", self.pid, self.stderr()))
     }
     fn stderr(&self) -> String {
-        self.err.lock().unwrap().clone()
+        self.p.stderr()
     }
     fn cmd(&mut self, line: &str) -> Vec<(String, String)> {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
+        self.p.send_line(line).unwrap();
         let r = self.read();
         r.split_whitespace().filter_map(|t| t.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
@@ -115,8 +80,8 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "exit");
-        let _ = self.child.wait();
+        let _ = self.p.send_line("exit");
+        let _ = self.p.wait_blocking();
     }
 }
 

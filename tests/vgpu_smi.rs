@@ -369,17 +369,12 @@ fn node_view_over_container_dirs() {
 fn watch_repeats() {
     let sb = Sandbox::new("smi-watch");
     sb.run(limit_client()).shim(true).args(["alloc:1"]).go().ok();
-    let child = Command::new(smi())
-        .args(["--region"])
-        .arg(sb.region())
-        .args(["--json", "--watch", "0.2"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        sb.run(smi()).arg("--region").arg(sb.region()).args(["--json", "--watch", "0.2"]).ld_library_path(None).spawn();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    child.signal(libc::SIGTERM);
+    child.wait_within(std::time::Duration::from_secs(20)).expect("vgpu-smi --watch ends on SIGTERM");
+    let text = child.rest_of_stdout(std::time::Duration::from_secs(5)).join("\n");
     let docs: Vec<&str> = text.lines().filter(|l| l.starts_with("{\"schema\"")).collect();
     assert!(docs.len() >= 3, "expected several refreshes in 1.5 s at 0.2 s: {text}");
     for d in docs {
@@ -456,18 +451,15 @@ fn control_verbs() {
 
     // sweep: a SIGKILLed holder leaves its slot; sweep frees it and counts it.
     let ready = sb.dir.join("k.ready");
-    let mut child = Command::new(limit_client())
+    let mut child = sb
+        .run(limit_client())
+        .shim(true)
         .args(["alloc:100".to_string(), format!("touch:{}", ready.display()), "sleep:60000".into()])
-        .env("LD_PRELOAD", &artifacts().shim)
-        .env("LD_LIBRARY_PATH", &artifacts().simlib)
-        .env("VGPU_SIM_STATE", sb.state())
         .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &region)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        .env_remove("VGPU_SIM_COUNT_FILE")
+        .spawn();
     wait_file(&ready, 30);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill().expect("reaped");
     assert_eq!(r().live().len(), 1, "the killed process keeps its slot: {}", r().describe());
     let before_lkt = &r().bytes[2_008_912..2_008_920].to_vec();
     let o = run_smi(&sb, &["sweep"]);
@@ -562,18 +554,14 @@ fn counters_move_with_throttling_and_the_monitor_block() {
 fn library_sweeps_are_counted() {
     let sb = Sandbox::new("smi-libsweep");
     let ready = sb.dir.join("k.ready");
-    let mut child = Command::new(limit_client())
+    let mut child = sb
+        .run(limit_client())
+        .shim(true)
         .args(["alloc:100".to_string(), format!("touch:{}", ready.display()), "sleep:60000".into()])
-        .env("LD_PRELOAD", &artifacts().shim)
-        .env("LD_LIBRARY_PATH", &artifacts().simlib)
-        .env("VGPU_SIM_STATE", sb.state())
-        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", sb.region())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        .env_remove("VGPU_SIM_COUNT_FILE")
+        .spawn();
     wait_file(&ready, 30);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill().expect("reaped");
     let j = run_smi(&sb, &["--json"]);
     assert!(j.stdout.contains("\"counters\":{\"swept_slots\":0,\"sweeps\":0}"), "{}", j.stdout);
     assert!(j.stdout.contains("\"status_text\":\"exited\""), "the dead holder shows as exited: {}", j.stdout);

@@ -8,9 +8,9 @@
 use super::{Compute, api, mono_ns, samples, wall_ns};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use vgpu_core::limiter::PPM;
 use vgpu_core::limiter::pidmap::View;
 use vgpu_core::limiter::words::{SENSOR_NVML, SENSOR_SELF};
+use vgpu_core::limiter::{PPM, nvmlspan};
 use vgpu_core::region::MAX_DEVICES;
 
 const SAMPLE_POLL: Duration = Duration::from_millis(1);
@@ -176,13 +176,7 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     }
     // Self-measured container share (all processes' charges), the fallback sensor.
     let charged = w.charged_ns().load(Ordering::Relaxed);
-    let self_share = if nv.last_charged_at != 0 && now > nv.last_charged_at {
-        Some(
-            (charged.saturating_sub(nv.last_charged) as u128 * PPM as u128 / (now - nv.last_charged_at) as u128) as u64,
-        )
-    } else {
-        None
-    };
+    let self_share = nvmlspan::self_share_ppm(charged, nv.last_charged, nv.last_charged_at, now);
     nv.last_charged = charged;
     nv.last_charged_at = now;
     let fallback = |ctl: &mut super::Ctl| {
@@ -192,9 +186,9 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
         }
         w.sensor().store(SENSOR_SELF, Ordering::Relaxed);
         // Our own share from our charges over the last second.
-        let mine = ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now) as f64 * ctl.corr.k() / 1e7;
+        let mine = nvmlspan::self_sm_util(ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now), ctl.corr.k());
         let mut last = ctl.sm_util;
-        write_sm_util(c, d, mine.round().clamp(0.0, 100.0) as u64, &mut last);
+        write_sm_util(c, d, mine, &mut last);
         ctl.sm_util = last;
     };
     if nv.handle == 0 {
@@ -237,26 +231,8 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     let from_us = ctl.nvml_last_us;
     let (per_pid, span_end_us) = match api::nvml_process_util(h, from_us) {
         api::Util::Samples(v) => {
-            // Distinct time stamps delimit the periods the answer covers (one in the simulator,
-            // one per driver sample period on hardware); each sample weighs its own period.
-            let mut ts: Vec<u64> = v.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
-            ts.sort_unstable();
-            ts.dedup();
-            let Some(&end) = ts.last() else { return };
-            let mut busy: Vec<(u32, u64)> = Vec::new();
-            for &(pid, t, u) in &v {
-                if t <= from_us {
-                    continue;
-                }
-                let i = ts.binary_search(&t).unwrap_or(0);
-                let start = if i == 0 { from_us } else { ts[i - 1] };
-                let b = (t - start) * u.min(100) as u64 / 100;
-                match busy.iter_mut().find(|x| x.0 == pid) {
-                    Some(x) => x.1 += b,
-                    None => busy.push((pid, b)),
-                }
-            }
-            (busy, end)
+            let Some(weighed) = nvmlspan::weigh_samples(&v, from_us) else { return };
+            weighed
         }
         api::Util::NoneBusy => (Vec::new(), now_us),
         api::Util::NotSupported => {
@@ -278,9 +254,8 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     };
     ctl.nvml_supported = Some(true);
     ctl.nvml_last_us = span_end_us;
-    let span_us = span_end_us.saturating_sub(from_us).max(1);
-    let pct = |b: u64| -> u32 { ((b as u128 * 100 + span_us as u128 / 2) / span_us as u128).min(100) as u32 };
-    let util: Vec<(u32, u32)> = per_pid.iter().map(|&(p, b)| (p, pct(b))).collect();
+    let span_us = nvmlspan::span_us(from_us, span_end_us);
+    let util: Vec<(u32, u32)> = per_pid.iter().map(|&(p, b)| (p, nvmlspan::percent(b, span_us))).collect();
     let (start, end) = (wall_us_to_mono(from_us), wall_us_to_mono(span_end_us));
 
     // Evidence for the host-PID resolver.
@@ -295,10 +270,9 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     // Outer loop, our sm_util, the container's share.
     if let Some(hp) = ctl.hostpid {
         let my_busy_ns = per_pid.iter().find(|x| x.0 == hp).map_or(0, |x| x.1) * 1000;
-        let my_pct = pct(my_busy_ns / 1000);
+        let my_pct = nvmlspan::percent(my_busy_ns / 1000, span_us);
         // Exact busy ns for the correction (not the rounded percent).
-        let u = ((my_busy_ns as u128 * 100 + (end - start).max(1) as u128 / 2) / (end - start).max(1) as u128) as u32;
-        ctl.corr.observe(start, end, u);
+        ctl.corr.observe(start, end, nvmlspan::exact_percent(my_busy_ns, start, end));
         let before = ctl.corr.last_ratio();
         match ctl.corr.update(now) {
             Some(k) => crate::debug!(
@@ -323,8 +297,7 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     }
     drop(ctl);
     let ours = container_hostpids(c);
-    let share: u64 = per_pid.iter().filter(|(p, _)| ours.contains(p)).map(|&(_, b)| b).sum();
-    w.share_ppm().store((share as u128 * PPM as u128 / span_us as u128).min(PPM as u128) as u64, Ordering::Relaxed);
+    w.share_ppm().store(nvmlspan::container_share_ppm(&per_pid, &ours, span_us), Ordering::Relaxed);
     w.share_stamp_ns().store(now, Ordering::Relaxed);
     w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
 }

@@ -7,7 +7,9 @@
 //!   region file and the simulator's call-count file, so tests run in parallel.
 //! * [`Run`] spawns a client with a scrubbed environment, an optional `LD_PRELOAD` of the shim and a
 //!   hard timeout, and returns an [`Out`] with helpers to parse `key=value` lines, shim hook logs
-//!   and the simulator's per-variant call counts.
+//!   and the simulator's per-variant call counts; [`Run::spawn`] starts the same client as an
+//!   interactive [`Spawned`] (stdin, stdout lines, stderr, wait/kill/signal), the one process
+//!   runner under the memory tests' `Client`s.
 // Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 

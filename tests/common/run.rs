@@ -1,13 +1,16 @@
 //! Sandboxes and running clients: a fresh directory per test ([`Sandbox`]), [`Run`] (scrubbed
-//! environment, optional `LD_PRELOAD` of the shim, hard timeout) and its [`Out`].
+//! environment, optional `LD_PRELOAD` of the shim), run to the end under a hard timeout
+//! ([`Run::go`] → [`Out`]) or spawned as an interactive client ([`Run::spawn`] → [`Spawned`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::artifacts;
@@ -175,8 +178,9 @@ impl<'a> Run<'a> {
         self
     }
 
-    /// Spawn, wait (killing the process group at the timeout) and capture. Panics on timeout.
-    pub fn go(self) -> Out {
+    /// The command with the scrubbed environment, sandbox defaults and overrides applied, in its
+    /// own process group, stdout/stderr piped; and its description for messages.
+    fn command(&self) -> (Command, String) {
         let a = artifacts();
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args);
@@ -201,12 +205,15 @@ impl<'a> Run<'a> {
                 None => cmd.env_remove(k),
             };
         }
-        cmd.current_dir(&self.sb.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        cmd.current_dir(&self.sb.dir).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
         let desc = format!("{:?} {:?} (shim={})", self.program, self.args, self.shim);
+        (cmd, desc)
+    }
+
+    /// Spawn, wait (killing the process group at the timeout) and capture. Panics on timeout.
+    pub fn go(self) -> Out {
+        let (mut cmd, desc) = self.command();
+        cmd.stdin(Stdio::null());
         let start = Instant::now();
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
         let pid = child.id();
@@ -243,6 +250,133 @@ impl<'a> Run<'a> {
             Out { desc, pid, code: status.code(), signal: status.signal(), stdout, stderr, elapsed: start.elapsed() };
         assert!(!timed_out, "TIMEOUT after {:?}: {}", self.timeout, out.dump());
         out
+    }
+
+    /// Spawn an interactive client: stdin piped (see [`Spawned::send_line`]), stdout delivered line
+    /// by line, stderr collected. No timeout applies: the caller bounds each reply and the end.
+    pub fn spawn(self) -> Spawned {
+        let (mut cmd, desc) = self.command();
+        cmd.stdin(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
+        let pid = child.id();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let err_buf = Arc::new(Mutex::new(Vec::new()));
+        let eb = err_buf.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            loop {
+                match stderr.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => eb.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        Spawned { desc, child: Some(child), stdin: Some(stdin), lines, stderr: err_buf, pid }
+    }
+}
+
+/// A running interactive client ([`Run::spawn`]). Dropped unreaped, its process group is killed
+/// and reaped.
+pub struct Spawned {
+    pub desc: String,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    pub pid: u32,
+}
+
+impl Spawned {
+    /// What it wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+    /// Write one line to its stdin and flush.
+    pub fn send_line(&mut self, line: &str) -> std::io::Result<()> {
+        let w = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("stdin closed"))?;
+        writeln!(w, "{line}").and_then(|_| w.flush())
+    }
+    /// Close its stdin (end of input).
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+    /// The next stdout line, waiting at most `timeout` (`Disconnected`: stdout closed).
+    pub fn recv_line(&self, timeout: Duration) -> Result<String, RecvTimeoutError> {
+        self.lines.recv_timeout(timeout)
+    }
+    /// The next stdout line if one has arrived.
+    pub fn try_line(&self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
+    /// The stdout lines still to come until it closes its stdout, waiting at most `bound` in all.
+    pub fn rest_of_stdout(&self, bound: Duration) -> Vec<String> {
+        let end = Instant::now() + bound;
+        let mut v = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            v.push(l);
+        }
+        v
+    }
+    /// Wait for it to end, unbounded, and reap it (`None`: already reaped or wait failed).
+    pub fn wait_blocking(&mut self) -> Option<ExitStatus> {
+        self.child.take()?.wait().ok()
+    }
+    /// Wait for it to end by itself within `deadline` and reap it, then give the stderr reader
+    /// up to 5 s to drain the pipe. `Err(())` if it did not end: its group is killed and reaped.
+    #[allow(clippy::result_unit_err)]
+    pub fn wait_within(&mut self, deadline: Duration) -> Result<ExitStatus, ()> {
+        let start = Instant::now();
+        let mut child = self.child.take().expect("not yet waited");
+        let status = loop {
+            match child.try_wait().expect("try_wait") {
+                Some(s) => break s,
+                None if start.elapsed() > deadline => {
+                    unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
+                    let _ = child.wait();
+                    return Err(());
+                }
+                None => std::thread::yield_now(),
+            }
+        };
+        // The stderr reader finishes when the pipe closes.
+        let end = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < end {
+            std::thread::yield_now();
+        }
+        Ok(status)
+    }
+    /// SIGKILL the process (not its group) and reap it (`None`: already reaped).
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        self.signal(libc::SIGKILL);
+        child.wait().ok()
+    }
+    /// Send a raw signal (SIGSTOP/SIGCONT/SIGKILL) without reaping.
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.pid as i32, sig) };
+    }
+    /// Not yet ended (and not reaped).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        }
     }
 }
 

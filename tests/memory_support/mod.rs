@@ -5,15 +5,13 @@
 // Included by several test binaries; each uses a part.
 #![allow(dead_code)]
 
-use crate::common::{Sandbox, artifacts};
+use crate::common::{Sandbox, Spawned};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
@@ -307,12 +305,6 @@ pub fn mem_client() -> PathBuf {
 // ------------------------------------------------------------------------------------------------
 // The interactive client.
 
-/// Same scrubbing as the harness's `Run` (tests/common): nothing of the test's own environment
-/// that the shim or simulator reads reaches the client.
-const SCRUB_PREFIXES: &[&str] = &["CUDA_", "VGPU_", "LIBCUDA_", "NVIDIA_", "HAMI_", "LD_"];
-const SCRUB_NAMES: &[&str] =
-    &["GPU_CORE_UTILIZATION_POLICY", "ACTIVE_OOM_KILLER", "RECORD_KERNEL_INTERVAL", "MEMORY_LIMIT_TOLERATION_RATE"];
-
 pub struct Spawn<'a> {
     sb: &'a Sandbox,
     env: Vec<(String, Option<String>)>,
@@ -342,70 +334,23 @@ impl<'a> Spawn<'a> {
         self.region = p.into();
         self
     }
+    /// Spawn through the harness's runner ([`crate::common::Run::spawn`]), without the
+    /// simulator's call-count file.
     pub fn spawn(self) -> Client {
-        let a = artifacts();
-        let prog = mem_client();
-        let mut cmd = Command::new(&prog);
-        for (k, _) in std::env::vars_os() {
-            let ks = k.to_string_lossy();
-            if SCRUB_PREFIXES.iter().any(|p| ks.starts_with(p)) || SCRUB_NAMES.contains(&ks.as_ref()) {
-                cmd.env_remove(&k);
-            }
-        }
-        cmd.env("VGPU_SIM_STATE", self.sb.state())
+        let mut run = self
+            .sb
+            .run(mem_client())
+            .shim(self.shim)
             .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &self.region)
-            .env("LD_LIBRARY_PATH", &a.simlib);
-        if self.shim {
-            cmd.env("LD_PRELOAD", &a.shim);
-        }
-        for (k, v) in &self.env {
-            match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
+            .env_remove("VGPU_SIM_COUNT_FILE");
+        for (k, v) in self.env {
+            run = match v {
+                Some(v) => run.env(k, v),
+                None => run.env_remove(k),
             };
         }
-        cmd.current_dir(&self.sb.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", prog.display()));
-        let pid = child.id();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                match line {
-                    Ok(l) => {
-                        if tx.send(l).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                }
-            }
-        });
-        let err_buf = Arc::new(Mutex::new(Vec::new()));
-        let eb = err_buf.clone();
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 4096];
-            loop {
-                match stderr.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => eb.lock().unwrap().extend_from_slice(&chunk[..n]),
-                }
-            }
-        });
-        let mut c = Client {
-            child: Some(child),
-            stdin: Some(stdin),
-            rx,
-            stderr: err_buf,
-            pid,
-            timeout: Duration::from_secs(15),
-        };
+        let p = run.spawn();
+        let mut c = Client { pid: p.pid, p, timeout: Duration::from_secs(15) };
         let r = c.read_line("startup");
         assert_eq!(r.get("ready").map(String::as_str), Some("1"), "client did not start: {}", c.stderr());
         c
@@ -465,10 +410,7 @@ impl Resp {
 }
 
 pub struct Client {
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    rx: Receiver<String>,
-    stderr: Arc<Mutex<Vec<u8>>>,
+    p: Spawned,
     pub pid: u32,
     pub timeout: Duration,
 }
@@ -503,12 +445,16 @@ pub fn shim_logs(stderr: &str) -> Vec<(String, String)> {
 
 impl Client {
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+        self.p.stderr()
+    }
+
+    fn ended(&self, status: ExitStatus) -> Ended {
+        Ended { pid: self.pid, code: status.code(), signal: status.signal(), stderr: self.stderr() }
     }
 
     #[track_caller]
     fn read_line(&mut self, what: &str) -> Resp {
-        match self.rx.recv_timeout(self.timeout) {
+        match self.p.recv_line(self.timeout) {
             Ok(l) => Resp::parse(l),
             Err(RecvTimeoutError::Timeout) => {
                 let e = self.stderr();
@@ -516,7 +462,7 @@ impl Client {
                 panic!("client {} did not answer `{what}` within {:?}\n--- stderr ---\n{e}", self.pid, self.timeout)
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let st = self.child.as_mut().and_then(|c| c.wait().ok());
+                let st = self.p.wait_blocking();
                 panic!(
                     "client {} exited ({st:?}) before answering `{what}`\n--- stderr ---\n{}",
                     self.pid,
@@ -536,8 +482,7 @@ impl Client {
     /// Send without waiting for the reply (collect it with [`Client::reply`]).
     #[track_caller]
     pub fn send(&mut self, line: &str) {
-        let w = self.stdin.as_mut().expect("stdin open");
-        if let Err(e) = writeln!(w, "{line}").and_then(|_| w.flush()) {
+        if let Err(e) = self.p.send_line(line) {
             panic!("client {} cannot take `{line}`: {e}\n{}", self.pid, self.stderr());
         }
     }
@@ -553,7 +498,7 @@ impl Client {
 
     /// Non-blocking: the reply if it has arrived.
     pub fn try_reply(&mut self) -> Option<Resp> {
-        self.rx.try_recv().ok().map(Resp::parse)
+        self.p.try_line().map(Resp::parse)
     }
 
     /// `cmd` that must return rc=0.
@@ -577,58 +522,32 @@ impl Client {
         self.send("exit");
         let r = self.read_line("exit");
         assert_eq!(r.get("bye").map(String::as_str), Some("1"));
-        drop(self.stdin.take());
+        self.p.close_stdin();
         self.wait(Duration::from_secs(10))
     }
 
     /// Wait for the process to end by itself within `deadline`.
     #[track_caller]
     pub fn wait(&mut self, deadline: Duration) -> Ended {
-        let start = Instant::now();
-        let mut child = self.child.take().expect("not yet waited");
-        let status = loop {
-            match child.try_wait().expect("try_wait") {
-                Some(s) => break s,
-                None if start.elapsed() > deadline => {
-                    unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
-                    let _ = child.wait();
-                    panic!("client {} did not exit within {deadline:?}\n{}", self.pid, self.stderr());
-                }
-                None => std::thread::yield_now(),
-            }
-        };
-        // stderr reader finishes when the pipe closes.
-        let end = Instant::now() + Duration::from_secs(5);
-        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < end {
-            std::thread::yield_now();
+        match self.p.wait_within(deadline) {
+            Ok(status) => self.ended(status),
+            Err(()) => panic!("client {} did not exit within {deadline:?}\n{}", self.pid, self.stderr()),
         }
-        Ended { pid: self.pid, code: status.code(), signal: status.signal(), stderr: self.stderr() }
     }
 
     /// SIGKILL the client and reap it.
     pub fn kill(&mut self) -> Option<Ended> {
-        let mut child = self.child.take()?;
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        let status = child.wait().ok()?;
-        Some(Ended { pid: self.pid, code: status.code(), signal: status.signal(), stderr: self.stderr() })
+        let status = self.p.kill()?;
+        Some(self.ended(status))
     }
 
     /// Raw signal (SIGSTOP/SIGCONT/SIGKILL) without reaping.
     pub fn signal(&self, sig: i32) {
-        unsafe { libc::kill(self.pid as i32, sig) };
+        self.p.signal(sig);
     }
 
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
-            let _ = c.wait();
-        }
+        self.p.is_running()
     }
 }
 

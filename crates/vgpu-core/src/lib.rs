@@ -18,8 +18,10 @@ pub mod regionfile;
 pub mod regionpath;
 pub mod regionplace;
 pub mod slots;
+pub mod symname;
 pub mod sync;
 pub mod views;
+pub mod vmm;
 
 #[cfg(test)]
 mod mptests;

@@ -11,6 +11,7 @@
 //! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
 //! * [`feedback`]: HAMi's `utilization_switch` / `recent_kernel` / `last_kernel_time` and the
 //!   `GPU_CORE_UTILIZATION_POLICY` rules.
+//! * [`nvmlspan`]: the NVML tick's arithmetic (samples weighed into busy time per span, shares).
 //! * [`pidmap`]: host-PID resolution without extra contexts or serialisation.
 //! * [`words`]: named access to the per-device words of the region extension.
 
@@ -19,6 +20,7 @@ pub mod burst;
 pub mod correction;
 pub mod cost;
 pub mod feedback;
+pub mod nvmlspan;
 pub mod pidmap;
 pub mod words;
 
