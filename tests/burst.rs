@@ -4,8 +4,8 @@
 
 mod common;
 
+use common::simbusy::{busy, read_pid, share};
 use common::{Out, Sandbox, artifacts};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,42 +72,6 @@ fn run_client(sb: &Sandbox, c: &Ctr, args: &[String], extra: &[(&str, &str)]) ->
         r = r.env(k, v);
     }
     r.go()
-}
-
-/// Busy ns per live pid on device 0 (`simctl procs`).
-fn busy(sb: &Sandbox) -> HashMap<u32, u64> {
-    let o = std::process::Command::new(&artifacts().simctl)
-        .arg("--state")
-        .arg(sb.state())
-        .arg("procs")
-        .output()
-        .expect("simctl");
-    let mut m = HashMap::new();
-    for l in String::from_utf8_lossy(&o.stdout).lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() == 5 && f[1] == "0" {
-            m.insert(f[0].parse().unwrap(), f[3].parse().unwrap());
-        }
-    }
-    m
-}
-
-fn read_pid(p: &Path) -> u32 {
-    for _ in 0..1000 {
-        if let Ok(s) = std::fs::read_to_string(p)
-            && let Ok(v) = s.trim().parse()
-        {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("pid file {} never written", p.display());
-}
-
-fn share(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>, pids: &[u32], dt: u64) -> f64 {
-    let s: u64 =
-        pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
-    s as f64 / dt as f64 * 100.0
 }
 
 /// Runs the containers (each process `work` for `secs` from its container's start) and returns

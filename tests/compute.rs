@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{Out, Sandbox, artifacts};
-use std::collections::HashMap;
+use common::simbusy::{busy, read_pid, share};
+use common::{Out, Sandbox};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -83,43 +83,6 @@ impl Job {
 /// Creates the sandbox's simulated GPU state with a client that does nothing (no shim).
 fn make_state(sb: &Sandbox) {
     sb.run(client()).args(["--count", "0"]).go().ok();
-}
-
-/// Busy ns per live pid on device 0 (`simctl procs`).
-fn busy(sb: &Sandbox) -> HashMap<u32, u64> {
-    let o = std::process::Command::new(&artifacts().simctl)
-        .arg("--state")
-        .arg(sb.state())
-        .arg("procs")
-        .output()
-        .expect("simctl");
-    let mut m = HashMap::new();
-    for l in String::from_utf8_lossy(&o.stdout).lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() == 5 && f[1] == "0" {
-            m.insert(f[0].parse().unwrap(), f[3].parse().unwrap());
-        }
-    }
-    m
-}
-
-fn read_pid(p: &Path) -> u32 {
-    for _ in 0..500 {
-        if let Ok(s) = std::fs::read_to_string(p)
-            && let Ok(v) = s.trim().parse()
-        {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("pid file {} never written", p.display());
-}
-
-/// Share (%) of device time of `pids` between two `busy` snapshots taken `dt_ns` apart.
-fn share(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>, pids: &[u32], dt_ns: u64) -> f64 {
-    let s: u64 =
-        pids.iter().map(|p| b.get(p).copied().unwrap_or(0).saturating_sub(a.get(p).copied().unwrap_or(0))).sum();
-    s as f64 / dt_ns as f64 * 100.0
 }
 
 /// Share of device time a client computed for itself (kernel time launched / wall time).

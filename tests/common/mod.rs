@@ -15,6 +15,7 @@
 
 mod build;
 mod run;
+pub mod simbusy;
 
 pub use build::*;
 pub use run::*;
