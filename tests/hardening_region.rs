@@ -196,7 +196,7 @@ fn nothing_shareable_is_said_once_per_process() {
     // A read-only /tmp that still shows the test's own files when the checkout lies under /tmp.
     let a = artifacts();
     let pre = format!(
-        ". {root}/tests/py/private_tmp.sh && private_tmp ro {root} {profile} {shim} {dir} && \
+        ". {root}/tests/py/ns_mounts.sh && private_tmp ro {root} {profile} {shim} {dir} && \
          mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && mount -t tmpfs -o ro none /dev/shm || exit 90",
         root = a.root.display(),
         profile = a.profile_dir.display(),

@@ -28,26 +28,9 @@ run() {
 log "pid $$, pidns=$INJ_PIDNS"
 
 # --- 1. a mount point for /usr/local/vgpu without creating it on the host -----------------------
-if [ ! -d /usr/local/vgpu ]; then
-    stash=$INJ_WORK/usr-local
-    mkdir -p "$stash"
-    mount --bind /usr/local "$stash"
-    mount -t tmpfs -o mode=0755 tmpfs /usr/local
-    for e in "$stash"/* "$stash"/.[!.]*; do
-        [ -e "$e" ] || [ -L "$e" ] || continue
-        n=${e##*/}
-        if [ -L "$e" ]; then
-            cp -P "$e" "/usr/local/$n"
-        elif [ -d "$e" ]; then
-            mkdir "/usr/local/$n"
-            mount --rbind "$e" "/usr/local/$n"
-        else
-            : >"/usr/local/$n"
-            mount --bind "$e" "/usr/local/$n"
-        fi
-    done
-    mkdir /usr/local/vgpu
-fi
+# shellcheck source=tests/py/ns_mounts.sh
+. "$(dirname "$0")/ns_mounts.sh"
+usr_local_vgpu "$INJ_WORK/usr-local"
 
 # --- 2. the device plugin's mounts (docs/hami-contract.md §2.1), parents first -------------------------
 # <H>/vgpu  <-  <H>/vgpu/containers/<podUID>_<ctr>   (rw)
@@ -59,8 +42,6 @@ mount --bind "$INJ_SHIM" /usr/local/vgpu/libvgpu.so
 mount -o remount,bind,ro /usr/local/vgpu/libvgpu.so
 # /tmp/vgpulock  <-  /tmp/vgpulock (a private /tmp first, so the host's is untouched; the test's
 # own files stay reachable when the checkout lies under /tmp)
-# shellcheck source=tests/py/private_tmp.sh
-. "$(dirname "$0")/private_tmp.sh"
 private_tmp mode=1777 "$INJ_WORK" "$INJ_OUT" "$INJ_POD_DIR" "$INJ_SHIM" "$INJ_PRELOAD_FILE" "$INJ_LOCKDIR" \
     "$INJ_SIMLIB" "$INJ_PY" "$INJ_PYDIR" "$INJ_CLIENT" "$INJ_READY" "$INJ_GO"
 mkdir -p /tmp/vgpulock

@@ -21,32 +21,13 @@ run() {
 }
 user() { setpriv --reuid 1000 --regid 1000 --clear-groups "$@"; }
 
-# A mount point for /usr/local/vgpu without creating it on the host (as tests/py/injection.sh).
-if [ ! -d /usr/local/vgpu ]; then
-    stash=$K_WORK/usr-local
-    mkdir -p "$stash"
-    mount --bind /usr/local "$stash"
-    mount -t tmpfs -o mode=0755 tmpfs /usr/local
-    for e in "$stash"/* "$stash"/.[!.]*; do
-        [ -e "$e" ] || [ -L "$e" ] || continue
-        n=${e##*/}
-        if [ -L "$e" ]; then
-            cp -P "$e" "/usr/local/$n"
-        elif [ -d "$e" ]; then
-            mkdir "/usr/local/$n"
-            mount --rbind "$e" "/usr/local/$n"
-        else
-            : >"/usr/local/$n"
-            mount --bind "$e" "/usr/local/$n"
-        fi
-    done
-    mkdir /usr/local/vgpu
-fi
+# A mount point for /usr/local/vgpu without creating it on the host.
+# shellcheck source=tests/py/ns_mounts.sh
+. "$(dirname "$0")/ns_mounts.sh"
+usr_local_vgpu "$K_WORK/usr-local"
 mount --bind "$KAI_HOST" /usr/local/vgpu
 # A private /tmp: no /tmp/cudevshr.cache of the host can answer for us (the test's own files stay
 # reachable when the checkout lies under /tmp).
-# shellcheck source=tests/py/private_tmp.sh
-. "$(dirname "$0")/private_tmp.sh"
 private_tmp mode=1777 "$K_WORK" "$K_OUT" "$K_SHIM" "$K_SIMLIB" "$K_CLIENT" "$K_SMI" "$K_STATE_ROOT" "$K_STATE_USER"
 
 CL="$K_CLIENT info alloc:1100 alloc:300 free_all"

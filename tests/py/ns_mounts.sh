@@ -1,5 +1,11 @@
 # shellcheck shell=sh
-# Sourced by the namespace test scripts (they run inside `unshare -m`).
+# Mount helpers sourced by the namespace test scripts (they run inside `unshare -m`, so nothing
+# here changes the host's mounts).
+#
+#   usr_local_vgpu STASH
+#
+# Makes a mount point /usr/local/vgpu without creating it on the host: /usr/local is bound to
+# STASH (a directory of the test), replaced by a tmpfs, and its entries are bound back.
 #
 #   private_tmp OPTS PATH...
 #
@@ -40,4 +46,26 @@ private_tmp() {
         mount --rbind "/mnt/keep$i" "$top"
     done
     mount -o "remount,$opts" /tmp
+}
+
+usr_local_vgpu() {
+    [ -d /usr/local/vgpu ] && return
+    stash=$1
+    mkdir -p "$stash"
+    mount --bind /usr/local "$stash"
+    mount -t tmpfs -o mode=0755 tmpfs /usr/local
+    for e in "$stash"/* "$stash"/.[!.]*; do
+        [ -e "$e" ] || [ -L "$e" ] || continue
+        n=${e##*/}
+        if [ -L "$e" ]; then
+            cp -P "$e" "/usr/local/$n"
+        elif [ -d "$e" ]; then
+            mkdir "/usr/local/$n"
+            mount --rbind "$e" "/usr/local/$n"
+        else
+            : >"/usr/local/$n"
+            mount --bind "$e" "/usr/local/$n"
+        fi
+    done
+    mkdir /usr/local/vgpu
 }
