@@ -117,12 +117,31 @@ fn decode(v: usize) -> Seat {
 /// How long a refusal re-checks while another process has a reservation in flight.
 const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(2);
 
+/// Largest lease a checked publication asks for (docs/design.md "Memory ledger", leases).
+pub const LEASE_MAX: u64 = 64 << 20;
+/// Smaller grants are not worth a lease.
+const LEASE_MIN: u64 = 4096;
+/// A grant takes at most this fraction of the headroom per live slot, so the leases of all
+/// processes together keep three quarters of the headroom unleased.
+const LEASE_SHARE: u64 = 4;
+
+/// What this process's lease on a device was granted under (process-local, read and written
+/// under the region's writer mutex). The lease word itself lives in our slot.
+#[derive(Default)]
+struct LeaseTerms {
+    /// The limit the grant was checked against: a different limit now → no fast path.
+    limit: AtomicU64,
+    /// Most the lease may hold again through frees (0: no refills until the next grant).
+    cap: AtomicU64,
+}
+
 pub struct Ledger<'r> {
     region: Option<&'r Region>,
     /// Cached pid (a forked child builds a new ledger): nothing here calls getpid.
     pid: AtomicI32,
     seat: AtomicUsize,
     local: LocalUsage,
+    leases: [LeaseTerms; MAX_DEVICES],
 }
 
 /// A reservation: the bytes are already counted. [`commit`](Reservation::commit) keeps them;
@@ -169,6 +188,7 @@ impl<'r> Ledger<'r> {
             pid: AtomicI32::new(pid),
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
+            leases: Default::default(),
         }
     }
 
@@ -192,13 +212,20 @@ impl<'r> Ledger<'r> {
             pid: AtomicI32::new(pid),
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
+            leases: Default::default(),
         };
         (l, err)
     }
 
     /// Process-local mode (no usable region).
     pub fn local() -> Ledger<'static> {
-        Ledger { region: None, pid: AtomicI32::new(0), seat: AtomicUsize::new(SEAT_LOCAL), local: LocalUsage::new() }
+        Ledger {
+            region: None,
+            pid: AtomicI32::new(0),
+            seat: AtomicUsize::new(SEAT_LOCAL),
+            local: LocalUsage::new(),
+            leases: Default::default(),
+        }
     }
 
     pub fn region(&self) -> Option<&'r Region> {
@@ -268,12 +295,19 @@ impl<'r> Ledger<'r> {
     }
 
     /// Publish-then-check under our process's writer mutex (threads of one process take turns;
-    /// other processes never wait). With a slot: publish `bytes` as our reservation in flight,
-    /// fence, sum the container with everyone's in-flight reservations; within `limit`, add them
-    /// to our `total` (seqlock) and only then clear the in-flight word, so no checker ever misses
-    /// them; over, clear it. Overflow and local seats publish into their totals directly and take
-    /// them back when over. `Ok(())` or the container usage that was over (without `bytes`).
-    fn try_publish(&self, seat: Seat, dev: usize, bytes: u64, kind: UsageKind, limit: u64) -> Result<(), u64> {
+    /// other processes never wait). With a slot, see [`publish_in_slot`](Self::publish_in_slot).
+    /// Overflow and local seats publish into their totals directly and take them back when
+    /// over. `grant`: a slot may ask for a lease. `Ok(())` or the container usage that was over
+    /// (without `bytes`).
+    fn try_publish(
+        &self,
+        seat: Seat,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+        grant: bool,
+    ) -> Result<(), u64> {
         let region = match (seat, self.region) {
             (Seat::Local, _) | (_, None) => None,
             (_, Some(r)) => Some(r),
@@ -288,19 +322,7 @@ impl<'r> Ledger<'r> {
             return Err(self.container(seat, dev));
         }
         if let (Seat::Slot(k), Some(r)) = (seat, region) {
-            let s = &r.shared().procs[k];
-            slots::set_pending(s, dev, bytes);
-            // Dekker: our publication is ordered before reading everyone else's; theirs before
-            // their read of ours. Of two concurrent reservers at least one sees the other.
-            fence(Ordering::SeqCst);
-            let sum = slots::checked_total(r, dev);
-            if sum > limit {
-                slots::set_pending(s, dev, 0);
-                return Err(sum.saturating_sub(bytes));
-            }
-            slots::write_usage(s, dev, kind, true, bytes);
-            slots::set_pending(s, dev, 0);
-            return Ok(());
+            return self.publish_in_slot(r, k, dev, bytes, kind, limit, grant);
         }
         self.write_own(seat, dev, kind, true, bytes);
         fence(Ordering::SeqCst);
@@ -313,6 +335,71 @@ impl<'r> Ledger<'r> {
             self.write_own(seat, dev, kind, false, bytes);
             return Err(sum.saturating_sub(bytes));
         }
+        Ok(())
+    }
+
+    /// The slot protocol (caller holds the writer mutex; `0 < bytes <= limit`):
+    /// - **Lease.** Enough of our lease, granted under this same limit: add `bytes` to our
+    ///   `total`, then take them out of the lease. No other slot is read. If a revoker took
+    ///   the lease meanwhile, the bytes now in `total` are checked as a publication.
+    /// - **Checked publication.** Publish `bytes` (plus, with `grant`, a new lease's worth) as
+    ///   our reservation in flight, give our old lease back, fence, sum the container with
+    ///   everyone's reservations in flight and leases. Within `limit`: add `bytes` to `total`
+    ///   (seqlock), grant the lease out of what was published, and only then clear the
+    ///   in-flight word, so no checker ever misses them. Over: clear it.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_in_slot(
+        &self,
+        r: &Region,
+        k: usize,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+        grant: bool,
+    ) -> Result<(), u64> {
+        let s = &r.shared().procs[k];
+        let terms = &self.leases[dev];
+        let held = slots::lease(s, dev).load(Ordering::Acquire);
+        if held >= bytes && terms.limit.load(Ordering::Relaxed) == limit {
+            slots::write_usage(s, dev, kind, true, bytes);
+            if slots::take_from_lease(s, dev, held, bytes) {
+                return Ok(());
+            }
+            // Revoked meanwhile: the bytes are in our total, unchecked. Check them as a
+            // publication (Dekker, as below), and stop refilling until the next grant.
+            terms.cap.store(0, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            let sum = slots::checked_total(r, dev);
+            if sum <= limit {
+                return Ok(());
+            }
+            slots::write_usage(s, dev, kind, false, bytes);
+            return Err(sum.saturating_sub(bytes));
+        }
+        let ask = if grant && bytes.saturating_add(LEASE_MAX) <= slots::PENDING_MAX { LEASE_MAX } else { 0 };
+        slots::set_pending(s, dev, bytes + ask);
+        // Our old lease is part of what we ask for again (the in-flight word covers us now).
+        slots::drop_lease(s, dev);
+        // Dekker: our publication is ordered before reading everyone else's; theirs before
+        // their read of ours. Of two concurrent reservers at least one sees the other.
+        fence(Ordering::SeqCst);
+        let c = slots::checked_sum(r, dev);
+        let without_lease = c.sum.saturating_sub(ask);
+        if without_lease > limit {
+            slots::set_pending(s, dev, 0);
+            terms.cap.store(0, Ordering::Relaxed);
+            return Err(without_lease.saturating_sub(bytes));
+        }
+        let share = (limit - without_lease) / (LEASE_SHARE * c.live.max(1) as u64);
+        let lease = if share.min(ask) >= LEASE_MIN { share.min(ask) } else { 0 };
+        slots::write_usage(s, dev, kind, true, bytes);
+        if lease > 0 {
+            slots::grant_lease(s, dev, lease);
+        }
+        terms.limit.store(limit, Ordering::Relaxed);
+        terms.cap.store(lease, Ordering::Relaxed);
+        slots::set_pending(s, dev, 0);
         Ok(())
     }
 
@@ -331,7 +418,7 @@ impl<'r> Ledger<'r> {
             return Err(ReserveError::BadDevice(dev));
         }
         let seat = self.seat();
-        let over = match self.try_publish(seat, dev, bytes, kind, limit) {
+        let over = match self.try_publish(seat, dev, bytes, kind, limit, true) {
             Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
             Err(u) => u,
         };
@@ -352,14 +439,21 @@ impl<'r> Ledger<'r> {
         limit: u64,
     ) -> Result<Reservation<'l, 'r>, ReserveError> {
         let g = region.lock().map_err(ReserveError::Lock)?;
-        slots::sweep_locked(&g, self.pid(), &slots::is_dead);
         let own = match seat {
             Seat::Slot(k) => Some(k),
             _ => None,
         };
+        // Near the limit, other processes' leases are the first headroom to take back (cheap:
+        // no system call); dead slots the next (a liveness probe per slot).
+        if slots::revoke_leases(region, dev, own) > 0
+            && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
+        {
+            return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true });
+        }
+        slots::sweep_locked(&g, self.pid(), &slots::is_dead);
         let deadline = Instant::now() + IN_FLIGHT_RECHECK;
         loop {
-            match self.try_publish(seat, dev, bytes, kind, limit) {
+            match self.try_publish(seat, dev, bytes, kind, limit, false) {
                 Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
                 Err(usage) => {
                     if !slots::others_in_flight(region, own) || Instant::now() >= deadline {
@@ -385,8 +479,27 @@ impl<'r> Ledger<'r> {
             }
             (_, Some(r)) => {
                 let _w = r.writer.lock();
+                if let Seat::Slot(k) = seat {
+                    self.refill_lease(&r.shared().procs[k], dev, bytes);
+                }
                 self.write_own(seat, dev, kind, false, bytes);
             }
+        }
+    }
+
+    /// Freeing: moves what leaves our total back into our lease, up to what the last grant gave
+    /// (lease first, then the total shrinks: the bytes stay counted throughout). Not after a
+    /// revocation: the lease is then empty and stays so until the next checked grant.
+    fn refill_lease(&self, s: &crate::region::ProcSlot, dev: usize, bytes: u64) {
+        let cap = self.leases[dev].cap.load(Ordering::Relaxed);
+        let held = slots::lease(s, dev).load(Ordering::Acquire);
+        if cap == 0 || held == 0 || held >= cap {
+            return;
+        }
+        let leaving = bytes.min(s.used[dev].total.load(Ordering::Relaxed));
+        let new = held.saturating_add(leaving).min(cap);
+        if new > held && !slots::refill_lease(s, dev, held, new) {
+            self.leases[dev].cap.store(0, Ordering::Relaxed);
         }
     }
 

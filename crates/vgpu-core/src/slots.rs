@@ -76,6 +76,12 @@ const START_TIME: usize = 0;
 const PENDING: usize = 1;
 /// Largest pending amount one word can carry.
 pub const PENDING_MAX: u64 = (1 << 60) - 1;
+/// Index of `used[dev].unused[]` holding the owner's lease on the device: headroom it reserved
+/// through a checked publication and may allocate from without reading other slots. Limit
+/// checks count it, the monitor's sum (`total` only) and every view do not. The owner moves
+/// bytes out of it (allocating) and back into it (freeing); any process holding the container
+/// lock may revoke it (swap to 0). See docs/design.md "Memory ledger", leases.
+const LEASE: usize = 0;
 
 /// Liveness probe: `(pid, start_time) → dead?`. [`is_dead`] in production, closures in tests.
 pub type Liveness<'a> = &'a dyn Fn(i32, u64) -> bool;
@@ -167,6 +173,18 @@ fn put64(a: &AtomicU64, v: u64, o: Ordering) {
     if may_store() {
         a.store(v, o)
     }
+}
+
+/// A counted swap (a store for the store budget; dropped: nothing changes, the old value is read).
+#[inline(always)]
+fn swap64(a: &AtomicU64, v: u64) -> u64 {
+    if may_store() { a.swap(v, Ordering::AcqRel) } else { a.load(Ordering::Acquire) }
+}
+
+/// A counted compare-and-swap (dropped: fails without a change).
+#[inline(always)]
+fn cas64(a: &AtomicU64, current: u64, new: u64) -> bool {
+    may_store() && a.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire).is_ok()
 }
 
 #[inline(always)]
@@ -408,7 +426,9 @@ pub(crate) fn write_usage(s: &ProcSlot, dev: usize, kind: UsageKind, add: bool, 
     put64(&s.seqlock, seq.wrapping_add(1), Ordering::Relaxed);
     fence(Ordering::Release);
     let m = &s.used[dev];
-    put64(&m.total, apply(m.total.load(Ordering::Relaxed), add, bytes), Ordering::Relaxed);
+    // Release: a checker that reads the new total also sees our lease and pending words as
+    // they were stored before it (their order is what makes a concurrent check conservative).
+    put64(&m.total, apply(m.total.load(Ordering::Relaxed), add, bytes), Ordering::Release);
     let c = m.category(kind);
     put64(c, apply(c.load(Ordering::Relaxed), add, bytes), Ordering::Relaxed);
     put64(&s.seqlock, seq.wrapping_add(2), Ordering::Release);
@@ -417,12 +437,56 @@ pub(crate) fn write_usage(s: &ProcSlot, dev: usize, kind: UsageKind, add: bool, 
 /// Publishes (`bytes > 0`) or clears (`0`) our reservation in flight on slot `s` (owner only).
 pub(crate) fn set_pending(s: &ProcSlot, dev: usize, bytes: u64) {
     let w = if bytes == 0 { 0 } else { ((dev as u64) << 60) | bytes.min(PENDING_MAX) };
-    put64(&s.unused[PENDING], w, Ordering::Relaxed);
+    put64(&s.unused[PENDING], w, Ordering::Release);
 }
 
 fn pending_on(s: &ProcSlot, dev: usize) -> u64 {
-    let w = s.unused[PENDING].load(Ordering::Relaxed);
+    let w = s.unused[PENDING].load(Ordering::Acquire);
     if w != 0 && (w >> 60) as usize == dev { w & PENDING_MAX } else { 0 }
+}
+
+/// Slot `s`'s lease word on `dev`.
+pub(crate) fn lease(s: &ProcSlot, dev: usize) -> &AtomicU64 {
+    &s.used[dev].unused[LEASE]
+}
+
+/// Owner: takes `bytes` out of its lease, which it read as `seen`. False if the lease was
+/// revoked meanwhile (the bytes are then not covered: the caller checks them).
+pub(crate) fn take_from_lease(s: &ProcSlot, dev: usize, seen: u64, bytes: u64) -> bool {
+    cas64(lease(s, dev), seen, seen.saturating_sub(bytes))
+}
+
+/// Owner: moves counted bytes into its lease (`seen` → `new`, `new > seen`). Fails without a
+/// change if the lease was revoked meanwhile.
+pub(crate) fn refill_lease(s: &ProcSlot, dev: usize, seen: u64, new: u64) -> bool {
+    cas64(lease(s, dev), seen, new)
+}
+
+/// Owner, after a checked publication that covered `bytes`: adds them to its lease.
+pub(crate) fn grant_lease(s: &ProcSlot, dev: usize, bytes: u64) {
+    if may_store() {
+        lease(s, dev).fetch_add(bytes, Ordering::AcqRel);
+    }
+}
+
+/// Gives the lease on `dev` back (owner) or takes it away (revoker, under the container lock).
+/// Returns what it held.
+pub(crate) fn drop_lease(s: &ProcSlot, dev: usize) -> u64 {
+    if lease(s, dev).load(Ordering::Relaxed) == 0 { 0 } else { swap64(lease(s, dev), 0) }
+}
+
+/// Revokes every other live slot's lease on `dev` (caller holds the container lock and has its
+/// own reservation published). Returns the bytes freed for the check that follows.
+pub(crate) fn revoke_leases(region: &Region, dev: usize, own_slot: Option<usize>) -> u64 {
+    let r = region.shared();
+    let mut freed = 0u64;
+    for k in 0..proc_num(r) {
+        let s = &r.procs[k];
+        if Some(k) != own_slot && s.status.load(Ordering::Relaxed) != 0 {
+            freed = freed.saturating_add(drop_lease(s, dev));
+        }
+    }
+    freed
 }
 
 /// Whether any live slot other than `own_slot` has a reservation in flight.
@@ -435,19 +499,44 @@ pub(crate) fn others_in_flight(region: &Region, own_slot: Option<usize>) -> bool
 }
 
 /// What a limit check compares: [`container_total`] plus every live slot's reservation in
-/// flight on `dev` (conservative: a reservation being committed may count twice for an instant).
+/// flight and lease on `dev` (conservative: bytes being committed or moved between lease and
+/// total may count twice for an instant, never zero times).
 pub fn checked_total(region: &Region, dev: usize) -> u64 {
+    checked_sum(region, dev).sum
+}
+
+/// [`checked_total`] and how many live slots it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedSum {
+    pub sum: u64,
+    pub live: usize,
+}
+
+pub fn checked_sum(region: &Region, dev: usize) -> CheckedSum {
     let r = region.shared();
     let mut sum = 0u64;
+    let mut live = 0;
     for s in &r.procs[..proc_num(r)] {
         if s.status.load(Ordering::Relaxed) != 0 {
-            sum = sum.saturating_add(s.used[dev].total.load(Ordering::Relaxed)).saturating_add(pending_on(s, dev));
+            live += 1;
+            // Order matters. The owner stores total, then lease, then clears pending when it
+            // commits (pending first: a cleared word means the total is already visible); it
+            // stores total then shrinks the lease when it allocates from it (lease before
+            // total: a shrunk lease means the bigger total is visible); it grows the lease,
+            // then shrinks the total when it frees into it (lease again after total: a smaller
+            // total means the bigger lease is visible). So: pending, lease, total, lease.
+            let pending = pending_on(s, dev);
+            let l1 = lease(s, dev).load(Ordering::Acquire);
+            let total = s.used[dev].total.load(Ordering::Acquire);
+            let l2 = lease(s, dev).load(Ordering::Acquire);
+            sum = sum.saturating_add(pending).saturating_add(l1.max(l2)).saturating_add(total);
         }
     }
-    match region.ext() {
+    let sum = match region.ext() {
         Some(e) => sum.saturating_add(overflow_total(&e.overflow, dev)),
         None => sum,
-    }
+    };
+    CheckedSum { sum, live }
 }
 
 fn slot_write(region: &Region, k: usize, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
