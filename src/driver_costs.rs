@@ -293,10 +293,8 @@ fn sync_pool(o: CUdevice) {
     let d = st.region_index(o);
     let held = GRAPH_HELD[d].load(Ordering::Acquire);
     if now > held {
-        if let Ok(res) = st.ledger.reserve(d, now - held, UsageKind::Data, 0) {
-            res.commit();
-            GRAPH_HELD[d].fetch_add(now - held, Ordering::AcqRel);
-        }
+        st.ledger.force(d, UsageKind::Data, now - held);
+        GRAPH_HELD[d].fetch_add(now - held, Ordering::AcqRel);
     } else if now < held {
         st.ledger.release(d, UsageKind::Data, held - now);
         GRAPH_HELD[d].fetch_sub(held - now, Ordering::AcqRel);

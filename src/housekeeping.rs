@@ -7,7 +7,8 @@
 //!   without anyone allocating (docs/design.md "Memory ledger"). The scan is lock-free; the container lock is only
 //!   taken, briefly and bounded, when something is to be freed;
 //! - checks that our own slot is still ours (a foreign writer could free it) and re-attaches;
-//! - warns once per device when the container's usage is above a (shrunk) live limit.
+//! - warns once per device when the container's usage is above a (shrunk) live limit, and
+//!   revokes every lease on a device that is full (docs/design.md "Memory ledger", leases).
 //!
 //! The thread only sleeps and calls `tick`: it holds nothing across a `fork`, and a forked child
 //! starts its own when it builds its own state.
@@ -112,6 +113,11 @@ fn warn_over_limit(st: &State) {
             continue;
         }
         let used = st.ledger.usage(d);
+        if used >= limit {
+            // Full or over (a lowered limit, a process outside our protocol): no lease may let
+            // an allocation through unchecked.
+            st.ledger.revoke_leases(d);
+        }
         let bit = 1u32 << d;
         if used > limit && OVER_LIMIT_WARNED.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             crate::warn!(

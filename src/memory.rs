@@ -98,7 +98,13 @@ pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: 
     let Some(dev) = current_region_dev(st) else { return r };
     let limit = st.memory_limit(dev);
     if limit > 0 {
-        let (f, t) = views::mem_info(limit, unsafe { *total } as u64, unsafe { *free } as u64, st.ledger.usage(dev));
+        let usage = st.ledger.usage(dev);
+        if usage >= limit {
+            // Full (a process outside our protocol, or driver-held memory): no lease may let
+            // an allocation through unchecked.
+            st.ledger.revoke_leases(dev);
+        }
+        let (f, t) = views::mem_info(limit, unsafe { *total } as u64, unsafe { *free } as u64, usage);
         unsafe {
             *free = f as usize;
             *total = t as usize;
@@ -178,9 +184,7 @@ pub unsafe fn mem_alloc_pitch(
         if actual != estimate {
             if actual > estimate {
                 // Force-count the (tiny) excess: the memory exists, the ledger must say so.
-                if let Ok(res) = st.ledger.reserve(dev, actual - estimate, UsageKind::Data, 0) {
-                    res.commit();
-                }
+                st.ledger.force(dev, UsageKind::Data, actual - estimate);
             } else {
                 st.ledger.release(dev, UsageKind::Data, estimate - actual);
             }

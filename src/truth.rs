@@ -179,17 +179,11 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
     let step = reconcile::step(&r, dt.held);
     match step {
         Step::Keep => {}
-        Step::Charge(b) => match st.ledger.reserve(d, b, UsageKind::Context, 0) {
-            Ok(res) => {
-                res.commit();
-                dt.held += b;
-                vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), d, b);
-            }
-            Err(e) => {
-                crate::debug!("truth: cannot charge {b} driver-held bytes on device {d}: {e}");
-                return Ok(Step::Keep);
-            }
-        },
+        Step::Charge(b) => {
+            st.ledger.force(d, UsageKind::Context, b);
+            dt.held += b;
+            vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), d, b);
+        }
         Step::Release(b) => {
             st.ledger.release(d, UsageKind::Context, b);
             dt.held -= b;

@@ -438,18 +438,19 @@ impl<'r> Ledger<'r> {
         kind: UsageKind,
         limit: u64,
     ) -> Result<Reservation<'l, 'r>, ReserveError> {
-        let g = region.lock().map_err(ReserveError::Lock)?;
         let own = match seat {
             Seat::Slot(k) => Some(k),
             _ => None,
         };
-        // Near the limit, other processes' leases are the first headroom to take back (cheap:
-        // no system call); dead slots the next (a liveness probe per slot).
-        if slots::revoke_leases(region, dev, own) > 0
-            && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
+        // Near the limit, other processes' leases are the first headroom to take back: no lock
+        // (a revocation is one swap per lease, safe against its owner at any time, so a stopped
+        // lock holder cannot keep a fitting allocation from succeeding), no system call.
+        if slots::revoke_leases(region, dev, own) > 0 && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
         {
             return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true });
         }
+        // Then dead slots, under the lock (a liveness probe per slot).
+        let g = region.lock().map_err(ReserveError::Lock)?;
         slots::sweep_locked(&g, self.pid(), &slots::is_dead);
         let deadline = Instant::now() + IN_FLIGHT_RECHECK;
         loop {
@@ -462,6 +463,29 @@ impl<'r> Ledger<'r> {
                     std::thread::sleep(Duration::from_micros(50));
                 }
             }
+        }
+    }
+
+    /// Counts `bytes` without a limit check: memory the driver already holds (reconciled
+    /// driver-held bytes, a graph pool that grew, a pitch wider than estimated). It may take the
+    /// container over its limit, so every lease on the device (ours too) is revoked: the next
+    /// allocation of every process is checked against the new total.
+    pub fn force(&self, dev: usize, kind: UsageKind, bytes: u64) {
+        if dev >= MAX_DEVICES || bytes == 0 {
+            return;
+        }
+        if let Ok(r) = self.reserve(dev, bytes, kind, 0) {
+            r.commit();
+        }
+        self.revoke_leases(dev);
+    }
+
+    /// Revokes every lease on `dev`, ours included: the container was seen at or over its limit
+    /// (a view, housekeeping) or usage was counted unchecked. Cheap when there are none.
+    pub fn revoke_leases(&self, dev: usize) {
+        if let (Some(r), true) = (self.region, dev < MAX_DEVICES) {
+            slots::revoke_leases(r, dev, None);
+            self.leases[dev].cap.store(0, Ordering::Relaxed);
         }
     }
 
@@ -729,6 +753,124 @@ mod tests {
         assert_eq!(s.seqlock.load(Ordering::Relaxed) % 2, 0);
         assert!(l.detach());
         assert_eq!(region.shared().proc_num.load(Ordering::Relaxed), 0);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn lease_of(region: &Region, k: usize, dev: usize) -> u64 {
+        slots::lease(&region.shared().procs[k], dev).load(Ordering::Relaxed)
+    }
+
+    /// Far from the limit a checked reservation also takes a lease; later ones are served from
+    /// it (no other slot read) and frees refill it, up to what was granted.
+    #[test]
+    fn leases_serve_allocations_far_from_the_limit() {
+        let p = temp_path("ledger-lease");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let me = unsafe { libc::getpid() };
+        let (l, _) = Ledger::attach(&region, me);
+        let Seat::Slot(k) = l.seat() else { panic!("no slot") };
+        const LIMIT: u64 = 1 << 30;
+        l.reserve(0, MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 0), LEASE_MAX, "granted with the first reservation");
+        assert_eq!(l.own_usage(0), MIB, "the lease is not usage");
+        assert_eq!(slots::checked_total(&region, 0), MIB + LEASE_MAX, "but every check counts it");
+        l.reserve(0, 3 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 0), LEASE_MAX - 3 * MIB, "taken from the lease");
+        assert_eq!(l.own_usage(0), 4 * MIB);
+        l.release(0, UsageKind::Data, 3 * MIB);
+        assert_eq!(lease_of(&region, k, 0), LEASE_MAX, "refilled by the free");
+        l.release(0, UsageKind::Data, MIB);
+        assert_eq!(lease_of(&region, k, 0), LEASE_MAX, "never above the grant");
+        assert_eq!(l.own_usage(0), 0);
+        // A rolled-back reservation from the lease gives it back.
+        drop(l.reserve(0, 2 * MIB, UsageKind::Data, LIMIT).unwrap());
+        assert_eq!((l.own_usage(0), lease_of(&region, k, 0)), (0, LEASE_MAX));
+        // Another device has its own lease; no limit needs none.
+        l.reserve(1, MIB, UsageKind::Data, 0).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 1), 0);
+        // Near the limit, grants shrink with the headroom (a quarter per live slot), then stop.
+        l.reserve(2, LIMIT - 40 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 2), 10 * MIB);
+        l.reserve(2, 30 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 2), 10 * MIB / 4);
+        // Filling the limit exactly uses our own lease too.
+        l.reserve(2, 10 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, k, 2), 0, "no headroom left to lease");
+        assert_eq!(slots::checked_total(&region, 2), LIMIT);
+        assert!(l.detach());
+    }
+
+    /// A lease never makes a fitting allocation fail: the reserver that finds the container
+    /// over revokes the other processes' leases (without the container lock) and checks again.
+    #[test]
+    fn other_leases_are_revoked_before_refusing() {
+        let p = temp_path("ledger-revoke");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let me = unsafe { libc::getpid() };
+        let (a, _) = Ledger::attach(&region, me);
+        let (b, _) = Ledger::attach(&region, 1); // init: always alive
+        let (Seat::Slot(ka), Seat::Slot(kb)) = (a.seat(), b.seat()) else { panic!("no slots") };
+        const LIMIT: u64 = 1 << 30;
+        a.reserve(0, MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(lease_of(&region, ka, 0), LEASE_MAX);
+        // Held by a stopped lock holder: revocation needs no lock.
+        let g = region.lock().unwrap();
+        b.reserve(0, LIMIT - MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        drop(g);
+        assert_eq!(lease_of(&region, ka, 0), 0, "revoked");
+        assert_eq!(lease_of(&region, kb, 0), 0, "no headroom for a grant");
+        assert_eq!(slots::checked_total(&region, 0), LIMIT);
+        // The revoked owner finds its lease gone: a checked reservation, refused; its frees no
+        // longer refill.
+        assert!(matches!(a.reserve(0, 1, UsageKind::Data, LIMIT), Err(ReserveError::OverLimit(_))));
+        a.release(0, UsageKind::Data, MIB);
+        assert_eq!(lease_of(&region, ka, 0), 0);
+        assert_eq!(slots::checked_total(&region, 0), LIMIT - MIB);
+        b.release(0, UsageKind::Data, LIMIT - MIB);
+        assert!(a.detach() && b.detach());
+    }
+
+    /// Usage counted without a check (driver-held memory) revokes every lease: a container
+    /// taken over its limit that way refuses the next allocation of every process.
+    #[test]
+    fn forced_usage_revokes_every_lease() {
+        let p = temp_path("ledger-force");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (a, _) = Ledger::attach(&region, unsafe { libc::getpid() });
+        let (b, _) = Ledger::attach(&region, 1);
+        let (Seat::Slot(ka), Seat::Slot(kb)) = (a.seat(), b.seat()) else { panic!("no slots") };
+        const LIMIT: u64 = 1 << 30;
+        a.reserve(0, MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        b.reserve(0, MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert!(lease_of(&region, ka, 0) > 0 && lease_of(&region, kb, 0) > 0);
+        b.force(0, UsageKind::Context, LIMIT);
+        assert_eq!((lease_of(&region, ka, 0), lease_of(&region, kb, 0)), (0, 0));
+        assert!(matches!(a.reserve(0, 1, UsageKind::Data, LIMIT), Err(ReserveError::OverLimit(_))));
+        assert!(matches!(b.reserve(0, 1, UsageKind::Data, LIMIT), Err(ReserveError::OverLimit(_))));
+        assert_eq!(slots::container_breakdown(region.shared(), 0).context, LIMIT);
+        // Seen full by a view: the same.
+        b.release(0, UsageKind::Context, LIMIT);
+        a.reserve(0, MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert!(lease_of(&region, ka, 0) > 0);
+        a.revoke_leases(0);
+        assert_eq!(lease_of(&region, ka, 0), 0);
+        assert!(a.detach() && b.detach());
+    }
+
+    /// A lease is only good under the limit it was granted under: a limit lowered at run time
+    /// is checked at the next reservation even with bytes left in the lease.
+    #[test]
+    fn a_changed_limit_bypasses_the_lease() {
+        let p = temp_path("ledger-lease-limit");
+        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (l, _) = Ledger::attach(&region, unsafe { libc::getpid() });
+        l.reserve(0, 100 * MIB, UsageKind::Data, 1 << 30).unwrap().commit();
+        assert!(l.reserve(0, MIB, UsageKind::Data, 100 * MIB).is_err(), "lowered limit: refused");
+        assert_eq!(l.own_usage(0), 100 * MIB);
+        l.reserve(0, MIB, UsageKind::Data, 1 << 30).unwrap().commit();
+        assert_eq!(l.own_usage(0), 101 * MIB);
+        assert!(l.detach());
     }
 
     #[test]

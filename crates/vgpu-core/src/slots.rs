@@ -79,8 +79,8 @@ pub const PENDING_MAX: u64 = (1 << 60) - 1;
 /// Index of `used[dev].unused[]` holding the owner's lease on the device: headroom it reserved
 /// through a checked publication and may allocate from without reading other slots. Limit
 /// checks count it, the monitor's sum (`total` only) and every view do not. The owner moves
-/// bytes out of it (allocating) and back into it (freeing); any process holding the container
-/// lock may revoke it (swap to 0). See docs/design.md "Memory ledger", leases.
+/// bytes out of it (allocating) and back into it (freeing); any reserver that finds the
+/// container over its limit revokes it (swap to 0). See docs/design.md "Memory ledger", leases.
 const LEASE: usize = 0;
 
 /// Liveness probe: `(pid, start_time) → dead?`. [`is_dead`] in production, closures in tests.
@@ -469,14 +469,14 @@ pub(crate) fn grant_lease(s: &ProcSlot, dev: usize, bytes: u64) {
     }
 }
 
-/// Gives the lease on `dev` back (owner) or takes it away (revoker, under the container lock).
-/// Returns what it held.
+/// Gives the lease on `dev` back (owner) or takes it away (any other process, at any time: the
+/// owner only ever shrinks or refills its lease by compare-and-swap). Returns what it held.
 pub(crate) fn drop_lease(s: &ProcSlot, dev: usize) -> u64 {
     if lease(s, dev).load(Ordering::Relaxed) == 0 { 0 } else { swap64(lease(s, dev), 0) }
 }
 
-/// Revokes every other live slot's lease on `dev` (caller holds the container lock and has its
-/// own reservation published). Returns the bytes freed for the check that follows.
+/// Revokes every other live slot's lease on `dev` (a reserver that found the container over its
+/// limit). Returns the bytes freed for the check that follows.
 pub(crate) fn revoke_leases(region: &Region, dev: usize, own_slot: Option<usize>) -> u64 {
     let r = region.shared();
     let mut freed = 0u64;
@@ -1152,6 +1152,8 @@ mod tests {
         let sum: u64 = LIVE.iter().map(|&p| p as u64 * 1000).sum();
         assert_eq!(container_usage(g, 0), sum, "{what}: monitor's sum");
         assert_eq!(container_total(g.region(), 0), sum + 104, "{what}: limit check's sum");
+        // Nothing in flight and no lease left behind (a dead reserver's went with its slot).
+        assert_eq!(checked_total(g.region(), 0), sum + 104, "{what}: checked sum");
         assert_eq!(container_breakdown(g, 3).context, LIVE.iter().map(|&p| p as u64).sum::<u64>(), "{what}: ctx sum");
     }
 
@@ -1248,10 +1250,76 @@ mod tests {
                 });
                 let l = Ledger::shared(r, 200, true);
                 l.reserve(0, 4096, UsageKind::Data, limit).unwrap().commit();
+                if limit != 0 {
+                    // The first grant gave a lease: this one is taken from it, the release
+                    // refills it.
+                    l.reserve(0, 8192, UsageKind::Data, limit).unwrap().commit();
+                    l.release(0, UsageKind::Data, 8192);
+                }
                 l.release(0, UsageKind::Data, 4096);
                 // A refused reservation (over the limit) retracts.
                 let _ = l.reserve(0, u64::MAX / 2, UsageKind::Data, 1 << 40);
             });
         }
+    }
+
+    /// A reserver killed while it revokes leases: each lease is either still whole or gone,
+    /// nothing else of the live processes changes.
+    #[test]
+    fn interrupted_revocation_only_takes_leases() {
+        kill_at_every_store("int-revoke", &[200], &|g| {
+            let r = g.region();
+            let k = find_slot(r, LIVE[0]).unwrap();
+            STORE_BUDGET.with(|b| {
+                let keep = b.replace(None);
+                grant_lease(&g.procs[k], 0, 5000);
+                attach_with(g, 200, 0, ALIVE).unwrap();
+                b.set(keep);
+            });
+            let held = lease(&g.procs[k], 0).load(Ordering::Relaxed);
+            assert!(held == 5000, "lease before the revocation");
+            revoke_leases(r, 0, find_slot(r, 200));
+            let after = lease(&g.procs[k], 0).load(Ordering::Relaxed);
+            assert!(after == 5000 || after == 0, "a lease is whole or gone: {after}");
+            // The test's survivor state must not keep the lease (assert_exact wants none).
+            STORE_BUDGET.with(|b| {
+                let keep = b.replace(None);
+                drop_lease(&g.procs[k], 0);
+                b.set(keep);
+            });
+        });
+    }
+
+    #[test]
+    fn checked_sum_counts_leases_and_pending_but_views_do_not() {
+        let (_p, r) = region("slots-lease-sum");
+        let g = r.lock().unwrap();
+        for pid in [101, 102] {
+            attach_with(&g, pid, 0, ALIVE).unwrap();
+        }
+        add_usage_locked(&g, 101, 2, UsageKind::Data, 1000).unwrap();
+        grant_lease(&g.procs[0], 2, 300);
+        set_pending(&g.procs[1], 2, 40);
+        set_pending(&g.procs[0], 5, 7); // another device's reservation: not ours
+        assert_eq!(container_total(&r, 2), 1000, "views and the monitor: totals only");
+        assert_eq!(checked_sum(&r, 2), CheckedSum { sum: 1340, live: 2 });
+        assert_eq!(checked_total(&r, 5), 7);
+        // Revocation takes other slots' leases, never our own or another device's.
+        grant_lease(&g.procs[1], 2, 11);
+        grant_lease(&g.procs[1], 3, 13);
+        assert_eq!(revoke_leases(&r, 2, Some(1)), 300);
+        assert_eq!(lease(&g.procs[1], 2).load(Ordering::Relaxed), 11);
+        assert_eq!(lease(&g.procs[1], 3).load(Ordering::Relaxed), 13);
+        assert_eq!(checked_total(&r, 2), 1000 + 40 + 11);
+        // The owner's compare-and-swap fails once the lease was taken.
+        assert!(!take_from_lease(&g.procs[0], 2, 300, 100));
+        assert!(take_from_lease(&g.procs[1], 2, 11, 10));
+        assert!(refill_lease(&g.procs[1], 2, 1, 6));
+        assert!(!refill_lease(&g.procs[1], 2, 1, 9));
+        // A freed slot takes its lease with it.
+        let k = find_slot(&r, 102).unwrap();
+        free_slot(&g.procs[k]);
+        assert_eq!(checked_total(&r, 2), 1000);
+        assert_eq!(lease(&g.procs[k], 2).load(Ordering::Relaxed), 0);
     }
 }
