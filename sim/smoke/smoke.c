@@ -209,12 +209,14 @@ static int visible_test(const char *list) {
         prop.lid = nvis;
         CHECK(CU(cuMemGetAllocationGranularity, size_t *, void *, int)(&gran, &prop, 0) != 0, "granularity, id %d", nvis);
         CHECK(CU(cuDevicePrimaryCtxRelease_v2, int)(o) == 0, "release");
+        CHECK(CU(cuCtxGetDevice, int *)(&dev) != 0, "cuCtxGetDevice after the release must fail");
         CHECK(nvml_proc_used(nd, me, &np) == 0, "all released on NVML %d", phys[o]);
         /* a created context too */
         CHECK(CU(cuCtxCreate_v2, CUcontext *, unsigned, int)(&ctx, 0, o) == 0, "cuCtxCreate");
         CHECK(CU(cuCtxGetDevice, int *)(&dev) == 0 && dev == o, "cuCtxGetDevice (created) %d", dev);
         CHECK(nvml_proc_used(nd, me, &np) == 256ull << 20, "created context on NVML %d", phys[o]);
         CHECK(CU(cuCtxDestroy_v2, CUcontext)(ctx) == 0, "destroy");
+        CHECK(CU(cuCtxGetDevice, int *)(&dev) != 0, "cuCtxGetDevice after the destroy must fail");
     }
 done:
     printf("CUDA_VISIBLE_DEVICES=%s: %s: %d failure(s)\n", getenv("CUDA_VISIBLE_DEVICES"), failures ? "FAILED" : "OK", failures);

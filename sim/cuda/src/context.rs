@@ -5,7 +5,8 @@
 use crate::sim::{self, Sim};
 use crate::types::*;
 use crate::{check_init, cu_try, knobs, my_slot, out, simlog, state};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) struct Ctx {
     pub dev: usize,
@@ -20,7 +21,14 @@ pub(crate) struct Ctx {
 
 thread_local! {
     static STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// `(generation, context, device)` of this thread's last `cuCtxGetDevice`: a real driver
+    /// answers it from the thread's current context without a global lock; so do we while no
+    /// context was torn down since (any teardown bumps [`GENERATION`]).
+    static DEVICE_OF_CURRENT: Cell<(u64, u64, usize)> = const { Cell::new((0, 0, 0)) };
 }
+
+/// Bumped by every context teardown: invalidates every thread's [`DEVICE_OF_CURRENT`].
+static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) fn primary_handle(dev: usize) -> u64 {
     0x5000_0000_0000 + dev as u64 * 0x40
@@ -100,6 +108,7 @@ fn deactivate(sim: &mut Sim, dev: usize) {
 
 /// Free everything owned by context `h` (allocations, streams, events, modules, arrays).
 fn teardown(sim: &mut Sim, h: u64) {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     crate::memory::free_ctx_allocs(sim, h);
     sim.streams.retain(|_, s| s.ctx != h);
     sim.events.retain(|_, e| e.ctx != h);
@@ -268,8 +277,18 @@ pub(crate) fn pop_current(pctx: *mut CUcontext) -> CUresult {
 pub(crate) fn get_device(dev: *mut CUdevice) -> CUresult {
     cu_try!({
         crate::nonnull(dev)?;
-        let mut sim = sim::lock();
-        let (_, d) = current(&mut sim)?;
+        check_init()?;
+        let top = top().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let generation = GENERATION.load(Ordering::Acquire);
+        let (g, h, d) = DEVICE_OF_CURRENT.get();
+        let d = if (g, h) == (generation, top) {
+            d
+        } else {
+            let mut sim = sim::lock();
+            let (h, d) = current(&mut sim)?;
+            DEVICE_OF_CURRENT.set((generation, h, d));
+            d
+        };
         unsafe { out(dev, crate::ordinal_of(d) as CUdevice) }
     })
 }
