@@ -328,14 +328,15 @@ pub(crate) fn relink_from_anchor(path: &Path) -> Relink {
             ));
         }
     };
-    // Link exactly the inode that was checked (through /proc/self/fd), else by name if it is
-    // still the same inode (no /proc).
-    let linked = match link_fd(fd.as_raw_fd(), path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-        Err(e) => match (fstat(fd.as_raw_fd()), stat(&anchor), cstr(&anchor), cstr(path)) {
+    // Link exactly the inode that was checked (through /proc/self/fd); without /proc, by name if
+    // the anchor still names that inode.
+    let linked = link_fd(fd.as_raw_fd(), path).or_else(|e| {
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            return Err(e);
+        }
+        match (fstat(fd.as_raw_fd()), stat(&anchor), cstr(&anchor), cstr(path)) {
+            // SAFETY: valid C strings.
             (Ok(mine), Ok(now), Ok(a), Ok(p)) if mine.st_nlink > 0 && same_inode(&mine, &now) => {
-                // SAFETY: valid C strings.
                 if unsafe { libc::link(a.as_ptr(), p.as_ptr()) } == 0 {
                     Ok(())
                 } else {
@@ -343,9 +344,10 @@ pub(crate) fn relink_from_anchor(path: &Path) -> Relink {
                 }
             }
             _ => Err(e),
-        },
-    };
+        }
+    });
     match linked {
+        // EEXIST: something is at the path now (another process was first): open that.
         Ok(()) => Relink::Relinked,
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Relink::Relinked,
         // E.g. every name of the inode went meanwhile: it cannot be linked again.
