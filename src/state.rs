@@ -131,6 +131,9 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
     match placed {
         Ok((region, report)) => {
             vgpu_core::counters::init(region.ext());
+            for n in &report.notes {
+                crate::info!("{n}");
+            }
             for w in &report.warnings {
                 crate::warn!("{w}");
             }

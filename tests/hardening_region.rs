@@ -253,6 +253,59 @@ fn deleted_region_keeps_the_container_limit() {
     assert_eq!((f.len(), f[1], f[3]), (4, f[3], f[3]), "the live processes linked the same file back: {}", out.dump());
 }
 
+/// A deleted region whose processes have all exited (an operator's reset, a new container
+/// reusing the directory with other limits) is not brought back from its hidden link: the next
+/// processes get a fresh region with their own limit (3 GiB here, the old one had 1 GiB), never
+/// the dead region's, and the discarded link is said once (info).
+#[test]
+fn deleted_region_of_exited_processes_is_not_brought_back() {
+    let sb = Sandbox::new("reg-rm-stale");
+    let script = r#"
+        R="$CUDA_DEVICE_MEMORY_SHARED_CACHE"; A="$(dirname "$R")/.$(basename "$R").vgpu-link"
+        "$PROG" 600 > one.out 2> one.err
+        [ -e "$A" ] || echo "no anchor"
+        rm "$R"
+        export CUDA_DEVICE_MEMORY_LIMIT=3g
+        "$PROG" 2000 go > two.out 2> two.err &
+        "$PROG" 500 go > three.out 2> three.err &
+        for i in $(seq 1 3000); do grep -q rc= two.out 2>/dev/null && grep -q rc= three.out 2>/dev/null && break; sleep 0.01; done
+        "$PROG" 600 > four.out 2> four.err
+        touch go; wait
+        echo "same: $(stat -c %i "$R") $(stat -c %i "$A")"
+        for f in one two three four; do echo "$f: $(cat $f.out)"; done; cat *.err >&2
+    "#;
+    let out = sb
+        .run("/bin/sh")
+        .args(["-c", script])
+        .shim(true)
+        .env("PROG", alloc_hold())
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .env("LIBCUDA_LOG_LEVEL", "3")
+        .env("VGPU_SIM_CTX_MIB", "2")
+        .timeout_secs(60)
+        .go();
+    out.ok();
+    assert!(!out.stdout.contains("no anchor"), "{}", out.dump());
+    let line = |k: &str| {
+        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
+    };
+    let gib3 = format!("total={}", 3u64 << 30);
+    assert!(line("one:").contains("rc=0 "), "{}", out.dump());
+    for k in ["two:", "three:"] {
+        assert!(line(k).contains("rc=0 ") && line(k).contains(&gib3), "the new limit: {}", out.dump());
+    }
+    assert!(line("four:").contains("rc=2 "), "2000 + 500 + 600 MiB > 3 GiB: one region: {}", out.dump());
+    let same = line("same:");
+    let same: Vec<&str> = same.split_whitespace().skip(1).collect();
+    assert!(same.len() == 2 && same[0] == same[1], "the link names the new region: {}", out.dump());
+    let logs = out.shim_logs();
+    assert!(!logs.iter().any(|(_, _, m)| m.contains("limit inconsistency")), "{}", out.dump());
+    let discarded: Vec<_> = logs.iter().filter(|(_, _, m)| m.contains("discarded the link")).collect();
+    assert_eq!(discarded.len(), 1, "{}", out.dump());
+    assert_eq!(discarded[0].1, "INFO", "{}", out.dump());
+    assert!(discarded[0].2.contains("memory 1073741824 on every device"), "the old limits: {}", out.dump());
+}
+
 /// §4, worst case: the region and its hidden link are both deleted. The first live process to
 /// notice publishes a copy with the container's usage as of then: a process started afterwards
 /// still counts the 600 MiB held (its 600 MiB are refused), and the split is reported.

@@ -122,6 +122,8 @@ pub struct AttachReport {
     pub ext_initialised: bool,
     /// Non-fatal findings ("limit inconsistency" and the like), to be logged as warnings.
     pub warnings: Vec<String>,
+    /// Expected events worth one informational line (a stale anchor link discarded).
+    pub notes: Vec<String>,
 }
 
 /// A mapped region. Shared between threads; leak it ([`Region::leak`]) for `'static` use.
@@ -187,12 +189,15 @@ fn create_via_tmpfile(path: &Path, c: &CString) -> Created {
     }
 }
 
-fn open_or_create(path: &Path) -> Result<(OwnedFd, bool), RegionError> {
+/// Opens the region file, creating it if missing. Also returns whether it was created, and what
+/// was found about a stale anchor link on the way (for the report's notes).
+fn open_or_create(path: &Path) -> Result<(OwnedFd, bool, Option<String>), RegionError> {
     let c = cpath(path).map_err(|e| RegionError::Open { path: path.into(), source: e })?;
+    let mut note = None;
     for _ in 0..5 {
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd >= 0 {
-            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false));
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false, note));
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
@@ -201,12 +206,15 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool), RegionError> {
             _ => return Err(RegionError::Open { path: path.into(), source: e }),
         }
         // Deleted while its processes live on? Link the same inode back instead of starting a
-        // fresh region that would not see their usage (regionplace, "Anchor link").
-        if crate::regionplace::relink_from_anchor(path) {
-            continue;
+        // fresh region that would not see their usage; a region nobody uses any more is not
+        // brought back (regionplace, "Anchor link").
+        match crate::regionplace::relink_from_anchor(path) {
+            crate::regionplace::Relink::Relinked => continue,
+            crate::regionplace::Relink::Discarded(why) => note = Some(why),
+            crate::regionplace::Relink::NoAnchor => {}
         }
         match create_via_tmpfile(path, &c) {
-            Created::Yes(fd) => return Ok((fd, true)),
+            Created::Yes(fd) => return Ok((fd, true, note)),
             Created::Exists => continue,
             Created::Unsupported => {}
         }
@@ -215,7 +223,7 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool), RegionError> {
         };
         if fd >= 0 {
             unsafe { libc::fchmod(fd, 0o666) };
-            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, true));
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, true, note));
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EEXIST) {
@@ -332,7 +340,7 @@ impl Region {
             .lock_timeout(ATTACH_LOCK_TIMEOUT)
             .ok_or_else(|| RegionError::AttachLockTimeout { path: path.into() })?;
         let p = || path.to_path_buf();
-        let (fd, created) = open_or_create(path)?;
+        let (fd, created, anchor_note) = open_or_create(path)?;
         let raw = fd.as_raw_fd();
         let io_err = |op: &'static str| move |e: io::Error| RegionError::Io { path: path.into(), op, source: e };
 
@@ -347,7 +355,7 @@ impl Region {
             .map_err(io_err("fcntl(F_SETLK)"))?
             .ok_or_else(|| RegionError::AttachLockTimeout { path: p() })?;
 
-        let mut report = AttachReport { created, ..Default::default() };
+        let mut report = AttachReport { created, notes: anchor_note.into_iter().collect(), ..Default::default() };
         let size = fstat(raw).map_err(io_err("fstat"))?.st_size as u64;
         let head = pread_prefix(raw, (size as usize).min(4096)).map_err(io_err("pread"))?;
         let magic = u32_at(&head, 0) as i32;

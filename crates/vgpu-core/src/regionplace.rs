@@ -5,7 +5,12 @@
 //! monitor's count of region-like files is unchanged). Removing the region's name (`rm`, a tmp
 //! cleaner, `rm -rf /tmp/*`, whose glob skips dot files) then leaves the inode reachable:
 //! - the next process that finds the path missing links the anchor back before it would create a
-//!   fresh region (`regionfile::open_or_create`), so it sees the container's usage;
+//!   fresh region (`regionfile::open_or_create`), so it sees the container's usage — but only
+//!   while a live process uses that region ([`relink_from_anchor`]: a live slot or overflow
+//!   record, by the sweep's test of pid and start time). A region whose processes have all
+//!   exited (an operator's `rm` to reset it, a new container reusing the directory with other
+//!   limits) is not brought back: its anchor is discarded, said in one info line, and a fresh
+//!   region starts with the creator's limits;
 //! - live processes check periodically ([`Region::republish`], off the hot path) that the path
 //!   still names their inode and link it back from their descriptor if not.
 //!
@@ -22,13 +27,15 @@
 //! the container's processes share a region at a fixed, container-private place derived from the
 //! configured path ([`fallback_paths`]): `/dev/shm` (private to the container in Docker and
 //! Kubernetes), then `/tmp`, then a per-uid name. A fallback that live processes use is preferred
-//! over the configured path, so a container never splits between the two while the cause comes
-//! and goes. The monitor does not see a fallback region; the limit still holds across the
+//! over the configured path (also when its file was deleted and only its anchor is left), so a
+//! container never splits between the two while the cause comes and goes. The monitor does not see a fallback region; the limit still holds across the
 //! container. Only if no place works is the limit per process, and the shim says so.
 
+use crate::region::*;
 use crate::regionfile::{AttachReport, Region, RegionError, RegionInit};
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -106,20 +113,246 @@ pub(crate) fn ensure_anchor(fd: i32, path: &Path) {
     }
 }
 
-/// Before creating a fresh region at a missing `path`: link the anchor back (the region was
-/// deleted while its inode lives on). True if `path` may exist now (open it again).
-pub(crate) fn relink_from_anchor(path: &Path) -> bool {
+/// What [`relink_from_anchor`] did for a missing region path.
+#[derive(Debug)]
+pub(crate) enum Relink {
+    /// No anchor: create a fresh region.
+    NoAnchor,
+    /// A live process uses the anchored region: it is linked at the path again (or something
+    /// else is there now); open the path again.
+    Relinked,
+    /// The anchored region is not in use by any live process (or is no region at all): the anchor
+    /// was discarded; create a fresh region. The text says why, for the log.
+    Discarded(String),
+}
+
+/// What the anchor names.
+enum AnchorState {
+    Missing,
+    /// A region with a live process; the descriptor names the inode that was checked.
+    InUse(OwnedFd),
+    /// Not worth keeping: why, and the inode checked (`None`: could not even be opened).
+    Stale(String, Option<libc::stat>),
+}
+
+/// A copy of a region file's bytes, read with `pread` (a concurrent truncation cannot fault us,
+/// as a mapping could), typed as the mapped layout. Bytes past the end of a short file read as
+/// zero: no extension there.
+struct RegionCopy(Vec<u64>);
+
+impl RegionCopy {
+    fn read(fd: i32, size: u64) -> io::Result<RegionCopy> {
+        let mut words = vec![0u64; FILE_SIZE / 8];
+        let want = (size as usize).min(FILE_SIZE);
+        let mut done = 0usize;
+        while done < want {
+            // SAFETY: the buffer is FILE_SIZE bytes long and `want - done` stays inside it.
+            let n =
+                unsafe { libc::pread(fd, words.as_mut_ptr().cast::<u8>().add(done).cast(), want - done, done as i64) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                break;
+            }
+            done += n as usize;
+        }
+        Ok(RegionCopy(words))
+    }
+
+    fn map(&self) -> &RegionMap {
+        // SAFETY: the buffer is FILE_SIZE = size_of::<RegionMap>() bytes, 8-byte aligned (u64s;
+        // RegionMap's alignment is 8), and RegionMap is repr(C) of integer atomics and byte
+        // arrays only, for which every bit pattern is valid. Only loads are made through it.
+        unsafe { &*self.0.as_ptr().cast::<RegionMap>() }
+    }
+}
+
+/// A process that still uses the region `m`: a live slot or overflow record whose owner is alive
+/// with the start time it recorded (`slots::is_dead`, the sweep's test; a slot without a start
+/// time, as the C library writes them, is judged by its pid alone). Our own pid counts: a slot
+/// with our pid and start time is this very process (an earlier open, or the image before an
+/// `exec`).
+fn live_user(m: &RegionMap) -> Option<i32> {
+    // The owner's start time is the slot's `unused[0]` (slots.rs, "Identity, not pid").
+    let slot = crate::slots::live(&m.shared)
+        .map(|s| (s.pid, m.shared.procs[s.index].unused[0].load(Ordering::Relaxed)))
+        .find(|&(pid, start)| pid > 0 && !crate::slots::is_dead(pid, start));
+    if let Some((pid, _)) = slot {
+        return Some(pid);
+    }
+    let ext = &m.ext;
+    if ext.ext_magic.load(Ordering::Relaxed) != EXT_MAGIC || ext.ext_version.load(Ordering::Relaxed) != EXT_VERSION {
+        return None;
+    }
+    let n = (ext.overflow.num.load(Ordering::Relaxed) as usize).min(OVERFLOW_RECORDS);
+    ext.overflow.records[..n].iter().find_map(|o| {
+        let pid = o.pid.load(Ordering::Relaxed);
+        (pid > 0
+            && o.status.load(Ordering::Relaxed) != 0
+            && !crate::slots::is_dead(pid, o.start_time.load(Ordering::Relaxed)))
+        .then_some(pid)
+    })
+}
+
+/// The limits a region carries, for the log line: one value for all devices when they agree (the
+/// environment's limit applies to all 16), else per limited device.
+fn limits_text(m: &RegionMap) -> String {
+    let r = &m.shared;
+    let part = |what: &str, v: &dyn Fn(usize) -> u64, none: u64, unit: &str| -> Option<String> {
+        if (0..MAX_DEVICES).all(|d| v(d) == v(0)) {
+            return (v(0) != none).then(|| format!("{what} {}{unit} on every device", v(0)));
+        }
+        let l: Vec<String> =
+            (0..MAX_DEVICES).filter(|&d| v(d) != none).map(|d| format!("device {d} {what} {}{unit}", v(d))).collect();
+        Some(l.join(", "))
+    };
+    let mem = part("memory", &|d| r.limit[d].load(Ordering::Relaxed), 0, "");
+    let sm = part("SM", &|d| r.sm_limit[d].load(Ordering::Relaxed), 100, "%");
+    let l: Vec<String> = mem.into_iter().chain(sm).collect();
+    if l.is_empty() { "no limits".into() } else { l.join(", ") }
+}
+
+/// Opens the anchor and decides whether its region is still in use. Checks what attaching
+/// checks (a regular file, the magic, major version 1, at least the v1 size, not the transient
+/// 1.1 layout); anything else is stale.
+fn inspect_anchor(anchor: &Path) -> AnchorState {
+    let Ok(c) = cstr(anchor) else { return AnchorState::Missing };
+    // O_NONBLOCK: a FIFO in its place must not block us; O_NOFOLLOW: an anchor is a hard link.
+    // SAFETY: valid C string; the result is checked.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => AnchorState::Missing,
+            _ => AnchorState::Stale(format!("cannot be read ({e})"), None),
+        };
+    }
+    // SAFETY: a descriptor we just opened and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let Ok(st) = fstat(fd.as_raw_fd()) else { return AnchorState::Stale("cannot be examined".into(), None) };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return AnchorState::Stale("is not a regular file".into(), Some(st));
+    }
+    let size = st.st_size as u64;
+    let copy = match RegionCopy::read(fd.as_raw_fd(), size) {
+        Ok(c) => c,
+        Err(e) => return AnchorState::Stale(format!("cannot be read ({e})"), Some(st)),
+    };
+    let m = copy.map();
+    let r = &m.shared;
+    let (magic, major, minor) = (
+        r.initialized_flag.load(Ordering::Relaxed),
+        r.major_version.load(Ordering::Relaxed),
+        r.minor_version.load(Ordering::Relaxed),
+    );
+    if magic != REGION_MAGIC
+        || major != MAJOR_VERSION
+        || size < V1_REGION_SIZE as u64
+        || (minor == 1 && size == TRANSIENT_V11_REGION_SIZE as u64 + 1)
+    {
+        return AnchorState::Stale(
+            format!("is not a usable region (first word {magic:#010x}, version {major}.{minor}, {size} bytes)"),
+            Some(st),
+        );
+    }
+    match live_user(m) {
+        Some(_) => AnchorState::InUse(fd),
+        None => AnchorState::Stale(format!("names a region no live process uses ({})", limits_text(m)), Some(st)),
+    }
+}
+
+/// True if a live process uses the region anchored for `path` (whether or not `path` exists).
+pub(crate) fn anchor_in_use(path: &Path) -> bool {
+    matches!(inspect_anchor(&anchor_path(path)), AnchorState::InUse(_))
+}
+
+/// Removes `anchor` if it still names the inode `checked`, never a newer anchor another process
+/// made meanwhile: the name is first moved aside atomically (rename), then the moved inode is
+/// compared; a different one is put back, unless yet another anchor appeared meanwhile (then
+/// that one is the newest, and the inode we moved aside is still linked at its region's path,
+/// which the anchor is made from). Best effort. True if this call removed the checked inode's
+/// anchor (of several processes discarding the same anchor at once, exactly one).
+fn discard_anchor(anchor: &Path, checked: &libc::stat) -> bool {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let name = anchor.file_name().map_or_else(|| "anchor".into(), |n| n.to_string_lossy().into_owned());
+    // Unique across processes (pid) and across pid namespaces sharing the directory (time).
+    let aside = anchor.with_file_name(format!("{name}.stale.{}.{nanos}", std::process::id()));
+    let (Ok(a), Ok(t)) = (cstr(anchor), cstr(&aside)) else { return false };
+    // SAFETY: valid C strings (here and below).
+    if unsafe { libc::rename(a.as_ptr(), t.as_ptr()) } != 0 {
+        return false; // gone already (another process discarded it) or the directory is read-only
+    }
+    let ours = stat(&aside).is_ok_and(|now| same_inode(&now, checked));
+    if !ours {
+        unsafe { libc::link(t.as_ptr(), a.as_ptr()) };
+    }
+    unsafe { libc::unlink(t.as_ptr()) };
+    ours
+}
+
+/// Before creating a fresh region at a missing `path`: if its anchor names a region that a live
+/// process still uses (deleted while in use), link that inode back, so this process joins it.
+/// If no live process uses it (every process of the old region has exited: an operator's reset,
+/// a new container reusing the directory), the anchor is discarded and a fresh region is made
+/// with this process's limits: a stale region never comes back with its old limits and usage.
+///
+/// Races: several new processes at once all end in one region, because linking at `path` is
+/// exclusive (a relinked old inode or a freshly created one, whichever comes first; the others
+/// find it there and open it). If the old region's last process exits during the check, either
+/// answer may result: a region whose processes all just exited may be reused, or be treated as
+/// stale; both are fine (nobody's usage is lost either way).
+pub(crate) fn relink_from_anchor(path: &Path) -> Relink {
     let anchor = anchor_path(path);
-    let (Ok(a), Ok(p)) = (cstr(&anchor), cstr(path)) else { return false };
-    match stat(&anchor) {
-        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {}
-        _ => return false,
+    let fd = match inspect_anchor(&anchor) {
+        AnchorState::Missing => return Relink::NoAnchor,
+        AnchorState::InUse(fd) => fd,
+        AnchorState::Stale(why, st) => {
+            // Only a regular file is moved away (never a directory); one we could not open is
+            // left for the fresh region's anchor to replace (a rename over it). Of several
+            // processes finding the same stale anchor, the one that removed it says so.
+            if let Some(st) = st.filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+                && !discard_anchor(&anchor, &st)
+            {
+                return Relink::NoAnchor;
+            }
+            return Relink::Discarded(format!(
+                "region file {} had been deleted and its hidden link {} {why}: discarded the link instead of \
+                 bringing that region back (a fresh region starts with the limits of the process that creates it)",
+                path.display(),
+                anchor.display()
+            ));
+        }
+    };
+    // Link exactly the inode that was checked (through /proc/self/fd); without /proc, by name if
+    // the anchor still names that inode.
+    let linked = link_fd(fd.as_raw_fd(), path).or_else(|e| {
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            return Err(e);
+        }
+        match (fstat(fd.as_raw_fd()), stat(&anchor), cstr(&anchor), cstr(path)) {
+            // SAFETY: valid C strings.
+            (Ok(mine), Ok(now), Ok(a), Ok(p)) if mine.st_nlink > 0 && same_inode(&mine, &now) => {
+                if unsafe { libc::link(a.as_ptr(), p.as_ptr()) } == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+            _ => Err(e),
+        }
+    });
+    match linked {
+        // EEXIST: something is at the path now (another process was first): open that.
+        Ok(()) => Relink::Relinked,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Relink::Relinked,
+        // E.g. every name of the inode went meanwhile: it cannot be linked again.
+        Err(_) => Relink::NoAnchor,
     }
-    // SAFETY: valid C strings.
-    if unsafe { libc::link(a.as_ptr(), p.as_ptr()) } == 0 {
-        return true;
-    }
-    io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
 }
 
 /// What [`Region::republish`] found.
@@ -180,7 +413,6 @@ impl Region {
     /// directory, then linked, so nobody ever opens a half-written copy. `Ok(false)`: the path was
     /// taken meanwhile (someone else's copy or a fresh region).
     fn publish_copy(&self) -> io::Result<bool> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let path = self.path();
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let cdir = cstr(dir)?;
@@ -270,7 +502,9 @@ pub enum Placed {
 /// reason to move elsewhere.
 pub fn open_placed(configured: &Path, init: &RegionInit, fallbacks: &[PathBuf], me: i32) -> Placed {
     for f in fallbacks {
-        if std::fs::symlink_metadata(f).is_err() {
+        // A deleted fallback that live processes still use is linked back by the open (their
+        // anchor); a missing one nobody uses is not created here.
+        if std::fs::symlink_metadata(f).is_err() && !anchor_in_use(f) {
             continue;
         }
         if let Ok((region, report)) = Region::open(f, init)
@@ -322,6 +556,9 @@ mod tests {
         assert!(anchor_path(&p).exists(), "anchor made at creation");
         assert_eq!(r.republish(), Published::Yes);
         r.shared().limit[0].store(777, Ordering::Relaxed);
+        // This (live) process uses the region: only then is a deleted one brought back.
+        let me = unsafe { libc::getpid() };
+        crate::slots::attach(&r, me).unwrap();
 
         // rm of the name: the live process links it back.
         std::fs::remove_file(&p).unwrap();
@@ -338,8 +575,6 @@ mod tests {
 
         // Both names gone: the inode cannot be linked again; a copy with the usage as of now is
         // published instead (the live process keeps its inode: a split, reported as Replaced).
-        let me = unsafe { libc::getpid() };
-        crate::slots::attach(&r, me).unwrap();
         crate::slots::add_usage(&r, me, 0, crate::region::UsageKind::Data, 500).unwrap();
         std::fs::remove_file(&p).unwrap();
         std::fs::remove_file(anchor_path(&p)).unwrap();
@@ -408,5 +643,275 @@ mod tests {
             Placed::Nowhere(RegionError::IsDirectory { .. }, errs) => assert_eq!(errs.len(), 2),
             _ => panic!("expected nowhere"),
         }
+    }
+}
+
+#[cfg(test)]
+mod anchor_tests {
+    use super::*;
+    use crate::testutil::{fork_child, temp_path, wait_child};
+    use std::os::unix::fs::MetadataExt;
+
+    fn limit_init(bytes: u64) -> RegionInit {
+        let mut i = RegionInit::default();
+        i.limits[0] = bytes;
+        i
+    }
+
+    fn inode(p: &Path) -> (u64, u64) {
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    /// Directory entries other than the region and its anchor (e.g. a moved-aside anchor left
+    /// behind).
+    fn leftovers(dir: &Path, p: &Path) -> Vec<String> {
+        let keep = [p.file_name().unwrap().to_owned(), anchor_path(p).file_name().unwrap().to_owned()];
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| !keep.contains(&e.file_name()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// A child attaches a slot in the region at `p`, then waits to be killed.
+    fn live_child(p: &Path) -> i32 {
+        let p = p.to_path_buf();
+        let (pid, rx) = fork_child(move |tx| {
+            let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
+            crate::slots::attach(&r, unsafe { libc::getpid() }).unwrap();
+            tx(b'A');
+            park();
+        });
+        assert_eq!(rx(), Some(b'A'));
+        pid
+    }
+
+    /// A child's wait to be killed; ends by itself (SIGALRM) should a failed test leave it.
+    fn park() {
+        unsafe {
+            libc::alarm(60);
+            libc::pause();
+        }
+    }
+
+    fn kill(pid: i32) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        wait_child(pid);
+    }
+
+    /// The reported bug: every process of a region has exited, the region file is deleted (an
+    /// operator's reset, a new container reusing the directory), and a new process must get a
+    /// fresh region with its own limits, not the dead region back from the anchor.
+    #[test]
+    fn deleted_region_of_dead_processes_is_not_brought_back() {
+        let dir = temp_path("anchor-dead");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        let (old, rep) = Region::open(&p, &limit_init(8 << 30)).unwrap();
+        assert!(rep.created && rep.notes.is_empty());
+        let child = live_child(&p);
+        assert!(anchor_in_use(&p), "a live child's slot");
+        kill(child); // its slot stays (nobody swept it): a dead owner
+        assert!(crate::slots::live(old.shared()).any(|s| s.pid == child), "the dead slot is still there");
+        assert!(!anchor_in_use(&p), "a dead owner does not count");
+        let old_inode = inode(&p);
+        // `old` stays mapped here (so its inode number is not reused) but holds no slot: a
+        // mapping alone is no use of the region.
+
+        std::fs::remove_file(&p).unwrap();
+        let (r, rep) = Region::open(&p, &limit_init(2 << 30)).unwrap();
+        assert!(rep.created, "a fresh region");
+        assert_eq!(r.limit(0), 2 << 30, "with this process's limit");
+        assert!(rep.warnings.is_empty(), "no limit inconsistency: {:?}", rep.warnings);
+        assert_eq!(rep.notes.len(), 1, "{:?}", rep.notes);
+        assert!(
+            rep.notes[0].contains("no live process uses") && rep.notes[0].contains("device 0 memory 8589934592"),
+            "{}",
+            rep.notes[0]
+        );
+        assert_eq!(crate::slots::live(r.shared()).count(), 0, "none of the old slots");
+        assert_ne!(inode(&p), old_inode);
+        assert_eq!(inode(&anchor_path(&p)), inode(&p), "the anchor names the new region");
+        assert!(leftovers(&dir, &p).is_empty(), "{:?}", leftovers(&dir, &p));
+        drop(old);
+    }
+
+    /// A slot whose pid lives on but belongs to another process now (different start time) is
+    /// dead, as for the sweep: e.g. a new container whose pids repeat the old one's.
+    #[test]
+    fn recycled_pid_in_the_anchored_region_does_not_count() {
+        let dir = temp_path("anchor-recycled");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        let (old, _) = Region::open(&p, &limit_init(1 << 30)).unwrap();
+        let me = unsafe { libc::getpid() };
+        let real = crate::slots::proc_start_time(me).expect("/proc/self/stat");
+        {
+            let g = old.lock().unwrap();
+            crate::slots::attach_with(&g, me, real + 1, &|_, _| false).unwrap();
+        }
+        drop(old);
+        std::fs::remove_file(&p).unwrap();
+        let (r, rep) = Region::open(&p, &limit_init(3 << 30)).unwrap();
+        assert!(rep.created && r.limit(0) == 3 << 30, "{:?}", rep);
+    }
+
+    /// Deleted while a live process (this one, with its real start time) uses it: linked back,
+    /// the same inode and its limits, as before.
+    #[test]
+    fn deleted_region_in_use_is_linked_back_with_its_limits() {
+        let dir = temp_path("anchor-live");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        let (old, _) = Region::open(&p, &limit_init(8 << 30)).unwrap();
+        let me = unsafe { libc::getpid() };
+        crate::slots::attach(&old, me).unwrap();
+        crate::slots::add_usage(&old, me, 0, crate::region::UsageKind::Data, 4096).unwrap();
+        let old_inode = inode(&p);
+        std::fs::remove_file(&p).unwrap();
+        let (r, rep) = Region::open(&p, &limit_init(2 << 30)).unwrap();
+        assert!(!rep.created && rep.notes.is_empty(), "{:?}", rep);
+        assert_eq!(inode(&p), old_inode, "the same inode");
+        assert_eq!(r.limit(0), 8 << 30, "its limits");
+        assert!(rep.warnings.iter().any(|w| w.contains("limit inconsistency")), "{:?}", rep.warnings);
+        assert_eq!(crate::slots::container_total(&r, 0), 4096, "its usage");
+    }
+
+    /// A live process counted in the overflow table (the 1024 slots were full) also keeps the
+    /// region in use.
+    #[test]
+    fn live_overflow_record_keeps_a_deleted_region() {
+        let dir = temp_path("anchor-overflow");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        let (old, _) = Region::open(&p, &limit_init(5 << 30)).unwrap();
+        let q = p.clone();
+        let (child, rx) = fork_child(move |tx| {
+            let (r, _) = Region::open(&q, &RegionInit::default()).unwrap();
+            let me = unsafe { libc::getpid() };
+            let g = r.lock().unwrap();
+            crate::slots::attach_overflow_locked(&g, me, crate::slots::proc_start_time(me).unwrap()).unwrap();
+            drop(g);
+            tx(b'O');
+            park();
+        });
+        assert_eq!(rx(), Some(b'O'));
+        assert_eq!(crate::slots::live(old.shared()).count(), 0, "no slot, only the record");
+        std::fs::remove_file(&p).unwrap();
+        let (r, rep) = Region::open(&p, &limit_init(1 << 30)).unwrap();
+        assert!(!rep.created && r.limit(0) == 5 << 30, "{:?}", rep);
+        kill(child);
+        drop(r);
+        std::fs::remove_file(&p).unwrap();
+        let (r, rep) = Region::open(&p, &limit_init(1 << 30)).unwrap();
+        assert!(rep.created && r.limit(0) == 1 << 30, "its owner died: stale now; {:?}", rep);
+        drop(old);
+    }
+
+    /// An anchor that is no usable region (garbage, the magic with a foreign version, a FIFO)
+    /// is never linked back: a fresh region, one note, and the anchor names it afterwards.
+    #[test]
+    fn corrupt_anchor_gives_a_fresh_region() {
+        let dir = temp_path("anchor-corrupt");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        let mut wrong_version = vec![0u8; crate::region::FILE_SIZE];
+        wrong_version[0..4].copy_from_slice(&crate::region::REGION_MAGIC.to_le_bytes());
+        wrong_version[4..8].copy_from_slice(&2u32.to_le_bytes());
+        let mut short = wrong_version[..4096].to_vec();
+        short[4..8].copy_from_slice(&1u32.to_le_bytes());
+        for (what, bytes) in [("garbage", b"\x7fELF garbage".to_vec()), ("version 2", wrong_version), ("short", short)]
+        {
+            let _ = std::fs::remove_file(&p);
+            std::fs::write(anchor_path(&p), &bytes).unwrap();
+            let (r, rep) = Region::open(&p, &limit_init(1 << 30)).unwrap();
+            assert!(rep.created && r.limit(0) == 1 << 30, "{what}: {rep:?}");
+            assert!(rep.notes.len() == 1 && rep.notes[0].contains("not a usable region"), "{what}: {:?}", rep.notes);
+            assert_eq!(inode(&anchor_path(&p)), inode(&p), "{what}");
+            assert!(leftovers(&dir, &p).is_empty(), "{what}: {:?}", leftovers(&dir, &p));
+        }
+        // A FIFO must not block the open.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_file(anchor_path(&p)).unwrap();
+        let c = cstr(&anchor_path(&p)).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let (r, rep) = Region::open(&p, &limit_init(1 << 30)).unwrap();
+        assert!(rep.created && r.limit(0) == 1 << 30 && rep.notes.len() == 1, "{rep:?}");
+        assert_eq!(inode(&anchor_path(&p)), inode(&p), "the FIFO was replaced by the region's anchor");
+    }
+
+    /// Several new processes starting together after a reset end in one fresh region.
+    #[test]
+    fn simultaneous_openers_of_a_stale_anchor_share_one_fresh_region() {
+        let dir = temp_path("anchor-race");
+        std::fs::create_dir(&*dir).unwrap();
+        let p = dir.join("r.cache");
+        for round in 0..5 {
+            let (old, _) = Region::open(&p, &limit_init(8 << 30)).unwrap();
+            let child = live_child(&p);
+            kill(child);
+            drop(old);
+            std::fs::remove_file(&p).unwrap();
+            let kids: Vec<_> = (0..4)
+                .map(|_| {
+                    let q = p.clone();
+                    fork_child(move |tx| {
+                        let (r, rep) = Region::open(&q, &limit_init(2 << 30)).unwrap();
+                        crate::slots::attach(&r, unsafe { libc::getpid() }).unwrap();
+                        let mine = fstat(r.raw_fd()).unwrap();
+                        let named = stat(&q).unwrap();
+                        tx(if r.limit(0) == 2 << 30 && same_inode(&mine, &named) { b'Y' } else { b'N' });
+                        tx(b'0' + rep.notes.len() as u8);
+                        park();
+                    })
+                })
+                .collect();
+            let mut notes = 0;
+            for (pid, rx) in &kids {
+                assert_eq!(rx(), Some(b'Y'), "round {round}: child {pid} in the one fresh region");
+                notes += (rx().unwrap() - b'0') as usize;
+            }
+            assert_eq!(notes, 1, "round {round}: the one that discarded the stale anchor says so");
+            let (r, rep) = Region::open(&p, &RegionInit::default()).unwrap();
+            assert!(!rep.created);
+            assert_eq!(crate::slots::live(r.shared()).count(), 4, "round {round}: all four in it");
+            assert_eq!(inode(&anchor_path(&p)), inode(&p), "round {round}");
+            assert!(leftovers(&dir, &p).is_empty(), "round {round}: {:?}", leftovers(&dir, &p));
+            for (pid, _) in kids {
+                kill(pid);
+            }
+            drop(r);
+            std::fs::remove_file(&p).unwrap();
+            std::fs::remove_file(anchor_path(&p)).unwrap();
+        }
+    }
+
+    /// The same for a fallback region: a deleted fallback that live processes use is joined
+    /// (linked back), a deleted one nobody uses is neither joined nor re-created.
+    #[test]
+    fn deleted_fallback_is_joined_only_while_in_use() {
+        let dir = temp_path("anchor-fb");
+        std::fs::create_dir(&*dir).unwrap();
+        let bad = dir.join("bad.cache");
+        std::fs::create_dir(&bad).unwrap();
+        let fbs = vec![dir.join("fb")];
+        let me = unsafe { libc::getpid() };
+        let Placed::Fallback { region, .. } = open_placed(&bad, &RegionInit::default(), &fbs, me) else {
+            panic!("expected the fallback")
+        };
+        drop(region);
+        let child = live_child(&fbs[0]);
+        std::fs::remove_dir(&bad).unwrap(); // the configured path is usable again
+        std::fs::remove_file(&fbs[0]).unwrap();
+        match open_placed(&bad, &RegionInit::default(), &fbs, me) {
+            Placed::Fallback { region: r, cause: None, .. } => assert_eq!(r.path(), fbs[0]),
+            _ => panic!("expected the live, deleted fallback to be joined"),
+        }
+        kill(child);
+        std::fs::remove_file(&fbs[0]).unwrap();
+        assert!(matches!(open_placed(&bad, &RegionInit::default(), &fbs, me), Placed::Configured(..)));
+        assert!(!fbs[0].exists(), "a stale fallback is not re-created");
     }
 }
