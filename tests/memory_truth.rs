@@ -288,6 +288,18 @@ fn captured_stream_ordered_allocations_are_counted_when_the_graph_pool_grows() {
     assert_eq!(mm, base, "trim gave everything back");
     assert_eq!(mm.total, driver_used(&sb, a.pid));
 
+    // Instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: a relaunch first frees
+    // what the last one left, so it needs no more pool.
+    a.ok(&format!("cap_begin {s}"));
+    a.ok(&format!("alloc_async {s} 16"));
+    let auto = a.ok(&format!("cap_end {s} 1"));
+    a.ok(&format!("graph_launch {auto}"));
+    a.ok(&format!("graph_launch {auto}"));
+    assert_eq!(graph_pool(&mut a), (16 * MIB, 16 * MIB));
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m.data, base.data + 16 * MIB, "{m:?}");
+    assert_eq!(m.total, driver_used(&sb, a.pid));
+
     // Fill to the limit with the graph's pool charged: the driver never holds more than the limit
     // plus one granule.
     a.ok(&format!("graph_launch {with_free}"));

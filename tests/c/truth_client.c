@@ -22,7 +22,7 @@
  *   alloc_async S MIB       cuMemAllocAsync on S (captured or not) -> id dptr
  *   free_async S ID         cuMemFreeAsync on S
  *   cap_kernel S MODID      cuLaunchKernel of vgpu_test_kernel of module MODID on S
- *   cap_end S               cuStreamEndCapture + cuGraphInstantiateWithFlags -> id (an exec)
+ *   cap_end S [FLAGS]       cuStreamEndCapture + cuGraphInstantiateWithFlags(FLAGS) -> id (an exec)
  *   sync                    cuCtxSynchronize (stream-ordered pools trim to their threshold)
  *   alloc BYTES -> id | free ID
  *   fill CHUNK              cuMemAlloc_v2 CHUNK until it fails -> n rc (kept)
@@ -204,7 +204,7 @@ int main(void) {
             CUgraph g = NULL;
             CUgraphExec e = NULL;
             int rc = a == PTDS ? cuStreamEndCapture_ptsz(NULL, &g) : cuStreamEndCapture((CUstream)objs[a], &g);
-            if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, 0);
+            if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, b);
             printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
         } else if (!strcmp(cmd, "sync")) {
             printf("rc=%d\n", cuCtxSynchronize());

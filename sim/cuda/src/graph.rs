@@ -41,6 +41,8 @@ pub(crate) struct Exec {
     pub keeps: Vec<(u64, u64)>,
     /// Free nodes of allocations made outside the graph (by another graph's launch).
     pub frees: Vec<u64>,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last left.
+    pub auto_free: bool,
 }
 
 pub(crate) fn new_graph(sim: &mut Sim) -> u64 {
@@ -333,7 +335,7 @@ pub(crate) fn kernel_node_get_params_v1(n: CUgraphNode, out_p: *mut CUDA_KERNEL_
     })
 }
 
-pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUresult {
+pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, flags: u64) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pe)?;
@@ -348,7 +350,8 @@ pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUre
         let frees: Vec<u64> = freed.into_iter().filter(|f| !allocated.contains(f)).collect();
         let mem_dev = if mem_bytes > 0 || !frees.is_empty() { current(&mut sim)?.1 } else { 0 };
         let h = sim::new_handle();
-        sim.execs.insert(h, Exec { kernels, mem_dev, mem_bytes, keeps, frees });
+        let auto_free = flags & 1 != 0;
+        sim.execs.insert(h, Exec { kernels, mem_dev, mem_bytes, keeps, frees, auto_free });
         unsafe { out(pe, h as CUgraphExec) }
     })
 }
@@ -382,6 +385,11 @@ pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult 
             Some(x) => (x.kernels.clone(), x.mem_dev, x.mem_bytes, x.keeps.clone(), x.frees.clone()),
             None => return CUDA_ERROR_INVALID_VALUE,
         };
+        if sim.execs[&(e as u64)].auto_free {
+            for k in &keeps {
+                crate::drivercost::graph_free(&mut sim, k.0);
+            }
+        }
         if (bytes > 0 || !frees.is_empty())
             && let Err(e) = crate::drivercost::graph_pool_launch(&mut sim, dev, bytes, &keeps, &frees)
         {
