@@ -1010,6 +1010,18 @@ typedef CUresult (CUDAAPI *PFN_cuStreamIsCapturing)(CUstream hStream, CUstreamCa
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 typedef CUresult (CUDAAPI *PFN_cuStreamIsCapturing_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
+typedef CUresult (CUDAAPI *PFN_cuStreamBeginCapture)(CUstream hStream);
+
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
+typedef CUresult (CUDAAPI *PFN_cuStreamBeginCapture_ptsz)(CUstream hStream);
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+typedef CUresult (CUDAAPI *PFN_cuStreamBeginCapture_v2)(CUstream hStream, CUstreamCaptureMode mode);
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+typedef CUresult (CUDAAPI *PFN_cuStreamBeginCapture_v2_ptsz)(CUstream hStream, CUstreamCaptureMode mode);
+
 CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (CUDAAPI *PFN_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 

@@ -59,6 +59,8 @@ called! {
     LIBCUDA fn cuMemPoolGetAttribute;
     LIBCUDA fn cuStreamIsCapturing;
     LIBCUDA fn cuStreamIsCapturing_ptsz;
+    LIBCUDA fn cuStreamGetCaptureInfo_v2;
+    LIBCUDA fn cuStreamGetCaptureInfo_v2_ptsz;
     LIBNVML fn nvmlInit_v2;
     LIBNVML fn nvmlDeviceGetCount_v2;
     LIBNVML fn nvmlDeviceGetHandleByIndex_v2;

@@ -251,6 +251,20 @@ pub unsafe fn graph_add_mem_alloc_node(
     r
 }
 
+/// `cuMemAllocAsync` captured into `graph`: an allocation node of `bytes` (null graph: the driver
+/// could not say which; left to the reconciliation).
+pub fn captured_alloc(graph: CUgraph, bytes: u64) {
+    if graph.is_null() {
+        crate::once!(
+            info,
+            "a captured stream-ordered allocation's graph is unknown (no cuStreamGetCaptureInfo_v2); its launch is reconciled, not checked"
+        );
+        return;
+    }
+    let bytes = bytes.div_ceil(GRANULE) * GRANULE;
+    book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+}
+
 pub unsafe fn graph_instantiate(
     real: pfn::cuGraphInstantiateWithFlags,
     exec: *mut CUgraphExec,
@@ -278,12 +292,16 @@ pub unsafe fn graph_exec_destroy(real: pfn::cuGraphExecDestroy, exec: CUgraphExe
     r
 }
 
-/// The driver's graph pool of CUDA ordinal `o` (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`).
-fn pool_reserved(o: CUdevice) -> Option<u64> {
+/// A graph-memory attribute of CUDA ordinal `o`.
+fn graph_mem_attr(o: CUdevice, attr: CUgraphMem_attribute) -> Option<u64> {
     let f = driver::cuDeviceGetGraphMemAttribute()?;
     let mut v: u64 = 0;
-    (unsafe { f(o, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS)
-        .then_some(v)
+    (unsafe { f(o, attr, &mut v as *mut u64 as *mut c_void) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// The driver's graph pool of CUDA ordinal `o` (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`).
+fn pool_reserved(o: CUdevice) -> Option<u64> {
+    graph_mem_attr(o, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
 }
 
 /// Bring the graph-pool charge of ordinal `o` to what the driver reports.
@@ -301,8 +319,9 @@ fn sync_pool(o: CUdevice) {
     }
 }
 
-/// Before a graph launch: an executable with memory nodes may grow the graph pool by its footprint
-/// beyond what the pool holds now; reserve that against the limit (refused: the launch is not made).
+/// Before a graph launch: an executable with memory nodes (explicit or captured) may grow the graph
+/// pool by its footprint beyond the pool's unused part; reserve that against the limit (refused:
+/// the launch is not made).
 pub struct PoolGrowth {
     ordinal: CUdevice,
     res: Option<Reservation<'static, 'static>>,
@@ -313,8 +332,11 @@ pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUres
         return Ok(None);
     }
     let Some((bytes, o)) = book(|b| b.execs.get(&(exec as u64)).copied()) else { return Ok(None) };
+    // What the pool's unused part lacks: allocations of earlier launches the application has not
+    // freed yet keep their part of it.
     let reserved = pool_reserved(o).unwrap_or(0);
-    let growth = bytes.saturating_sub(reserved);
+    let used = graph_mem_attr(o, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0).min(reserved);
+    let growth = bytes.saturating_sub(reserved - used);
     if growth == 0 {
         return Ok(Some(PoolGrowth { ordinal: o, res: None }));
     }

@@ -182,11 +182,16 @@ pub mod cuda {
         fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) => memory::mem_map;
         fn cuMemUnmap(ptr: CUdeviceptr, size: usize) => memory::mem_unmap;
         fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) => memory::mem_alloc_async;
-        fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) => memory::mem_alloc_async;
+        fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) => memory::mem_alloc_async_ptsz;
         fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) => memory::mem_alloc_from_pool_async;
-        fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) => memory::mem_alloc_from_pool_async;
+        fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) => memory::mem_alloc_from_pool_async_ptsz;
         fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => memory::mem_free_async;
-        fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => memory::mem_free_async;
+        fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => memory::mem_free_async_ptsz;
+        // Stream capture: after the first, stream-ordered allocations check for capture.
+        fn cuStreamBeginCapture(stream: CUstream) => memory::stream_begin_capture;
+        fn cuStreamBeginCapture_ptsz(stream: CUstream) => memory::stream_begin_capture;
+        fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) => memory::stream_begin_capture_v2;
+        fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: CUstreamCaptureMode) => memory::stream_begin_capture_v2;
         fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) => memory::array_create;
         fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) => memory::array3d_create;
         fn cuArrayDestroy(handle: CUarray) => memory::array_destroy;

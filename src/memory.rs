@@ -9,6 +9,7 @@ use crate::ffi::*;
 use crate::hooks::cuda::pfn;
 use crate::state::{self, State};
 use std::ffi::c_uint;
+use std::sync::atomic::{AtomicBool, Ordering};
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
 use vgpu_core::region::UsageKind;
 use vgpu_core::{slots, views};
@@ -220,6 +221,61 @@ pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
 }
 
 // ---- stream-ordered allocations ----
+//
+// On a capturing stream the driver allocates nothing: `cuMemAllocAsync` adds an allocation node to
+// the graph being captured and `cuMemFreeAsync` a free node. Neither is counted; the graph's
+// footprint is recorded (driver_costs) and charged when a launch grows the graph pool.
+
+/// Some stream of this process began a capture: until then nothing can be captured and the
+/// stream-ordered paths ask the driver nothing more.
+static CAPTURE_BEGUN: AtomicBool = AtomicBool::new(false);
+
+pub unsafe fn stream_begin_capture(real: pfn::cuStreamBeginCapture, stream: CUstream) -> CUresult {
+    // Set before the capture exists, so an allocation that follows it on any thread checks.
+    CAPTURE_BEGUN.store(true, Ordering::Release);
+    unsafe { real(stream) }
+}
+
+pub unsafe fn stream_begin_capture_v2(
+    real: pfn::cuStreamBeginCapture_v2,
+    stream: CUstream,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    CAPTURE_BEGUN.store(true, Ordering::Release);
+    unsafe { real(stream, mode) }
+}
+
+/// The graph `stream` is capturing into (null: capturing, graph unknown), if it captures.
+fn capture_of(stream: CUstream, ptsz: bool) -> Option<CUgraph> {
+    if !CAPTURE_BEGUN.load(Ordering::Acquire) {
+        return None;
+    }
+    crate::compute::api::capture_graph(stream, ptsz)
+}
+
+/// A stream-ordered allocation of `size` bytes on `stream` through `alloc` (the real call).
+fn alloc_async(
+    what: &str,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+    ptsz: bool,
+    alloc: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let st = state::get();
+    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else { return alloc() };
+    if let Some(graph) = capture_of(stream, ptsz) {
+        let r = alloc();
+        if r == CUDA_SUCCESS {
+            crate::driver_costs::captured_alloc(graph, size as u64);
+            crate::debug!("{what}: {size} bytes captured into graph {graph:p}: counted when the graph pool grows");
+        }
+        return r;
+    }
+    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), what, || {
+        produced(alloc(), || unsafe { *dptr })
+    })
+}
 
 pub unsafe fn mem_alloc_async(
     real: pfn::cuMemAllocAsync,
@@ -227,13 +283,16 @@ pub unsafe fn mem_alloc_async(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    let st = state::get();
-    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
-        return unsafe { real(dptr, size, stream) };
-    };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocAsync", || {
-        produced(unsafe { real(dptr, size, stream) }, || unsafe { *dptr })
-    })
+    alloc_async("cuMemAllocAsync", dptr, size, stream, false, || unsafe { real(dptr, size, stream) })
+}
+
+pub unsafe fn mem_alloc_async_ptsz(
+    real: pfn::cuMemAllocAsync_ptsz,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    alloc_async("cuMemAllocAsync_ptsz", dptr, size, stream, true, || unsafe { real(dptr, size, stream) })
 }
 
 pub unsafe fn mem_alloc_from_pool_async(
@@ -243,24 +302,40 @@ pub unsafe fn mem_alloc_from_pool_async(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    let st = state::get();
-    let (Some(dev), false) = (current_region_dev(st), dptr.is_null() || size == 0) else {
-        return unsafe { real(dptr, size, pool, stream) };
-    };
-    counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), "cuMemAllocFromPoolAsync", || {
-        produced(unsafe { real(dptr, size, pool, stream) }, || unsafe { *dptr })
-    })
+    alloc_async("cuMemAllocFromPoolAsync", dptr, size, stream, false, || unsafe { real(dptr, size, pool, stream) })
 }
 
-pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    let r = unsafe { real(dptr, stream) };
+pub unsafe fn mem_alloc_from_pool_async_ptsz(
+    real: pfn::cuMemAllocFromPoolAsync_ptsz,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true, || unsafe { real(dptr, size, pool, stream) })
+}
+
+fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> CUresult) -> CUresult {
+    // Captured: a free node, nothing freed now (and it can only free graph memory, never counted
+    // here).
+    let captured = dptr != 0 && capture_of(stream, ptsz).is_some();
+    let r = free();
     // Uncounted when the free is enqueued: the block is the application's no longer, and the
-    // pool may hand it to the next allocation of the same stream at once.
-    if r == CUDA_SUCCESS && dptr != 0 {
+    // pool may hand it to the next allocation of the same stream at once. A graph allocation
+    // freed here was never in the table: it goes back to the graph pool, which driver_costs follows.
+    if r == CUDA_SUCCESS && dptr != 0 && !captured {
         let st = state::get();
         uncount(st, &st.allocs, dptr);
     }
     r
+}
+
+pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    free_async(dptr, stream, false, || unsafe { real(dptr, stream) })
+}
+
+pub unsafe fn mem_free_async_ptsz(real: pfn::cuMemFreeAsync_ptsz, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    free_async(dptr, stream, true, || unsafe { real(dptr, stream) })
 }
 
 // ---- virtual memory management ----

@@ -216,6 +216,167 @@ fn driver_costs_over_the_limit_fail_with_oom_and_are_undone() {
     assert_eq!(driver_used(&sb, a.pid), slot_mem(&region, a.pid).total);
 }
 
+/// The driver's own graph pool of device 0: (used, reserved).
+fn graph_pool(c: &mut Client) -> (u64, u64) {
+    let r = c.cmd("graph_attr 0");
+    let get = |k: &str| r.iter().find(|e| e.0 == k).unwrap_or_else(|| panic!("graph_attr: {r:?}")).1.parse().unwrap();
+    (get("used"), get("reserved"))
+}
+
+const PTDS: u64 = 9999;
+const INVALID_VALUE: i64 = 1;
+
+#[test]
+fn captured_stream_ordered_allocations_are_counted_when_the_graph_pool_grows() {
+    let sb = Sandbox::new("truth_capture");
+    let region = sb.region();
+    let limit = 1024 * MIB;
+    let mut a = spawn(&sb, &region, &[("CUDA_DEVICE_MEMORY_LIMIT", "1024m")]);
+    a.ok("init");
+    a.ok("ctx 0");
+    let module = a.ok("module 1");
+    let s = a.ok("stream");
+    let base = slot_mem(&region, a.pid);
+    let base_driver = driver_used(&sb, a.pid);
+    assert_eq!(base.total, base_driver);
+
+    // Allocation, kernel and free captured: nothing allocated, nothing counted.
+    a.ok(&format!("cap_begin {s}"));
+    let p = a.ok(&format!("alloc_async {s} 64"));
+    a.ok(&format!("cap_kernel {s} {module}"));
+    a.ok(&format!("free_async {s} {p}"));
+    let with_free = a.ok(&format!("cap_end {s}"));
+    assert_eq!(slot_mem(&region, a.pid), base, "nothing counted at capture time");
+    assert_eq!(driver_used(&sb, a.pid), base_driver, "nothing allocated at capture time");
+    assert_eq!(graph_pool(&mut a), (0, 0));
+
+    // The launch grows the graph pool: counted as data then, and what the driver holds.
+    a.ok(&format!("graph_launch {with_free}"));
+    assert_eq!(graph_pool(&mut a), (0, 64 * MIB), "freed inside the graph: kept by the pool, unused");
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m.data, base.data + 64 * MIB, "graph pool counted at launch: {m:?}");
+    assert_split_adds_up(&m);
+    assert_eq!(m.total, driver_used(&sb, a.pid));
+    a.ok(&format!("graph_launch {with_free}")); // the pool holds it already: nothing more
+    assert_eq!(slot_mem(&region, a.pid).total, m.total);
+
+    // Without the free node, on the per-thread default stream (the _ptsz paths): the allocation
+    // outlives the launch. It fits in the pool's unused part, so the pool does not grow.
+    a.ok(&format!("cap_begin {PTDS}"));
+    let q = a.ok(&format!("alloc_async {PTDS} 32"));
+    a.ok(&format!("cap_kernel {PTDS} {module}"));
+    let keep = a.ok(&format!("cap_end {PTDS}"));
+    assert_eq!(slot_mem(&region, a.pid).total, m.total, "nothing counted at capture time");
+    a.ok(&format!("graph_launch {keep}"));
+    assert_eq!(graph_pool(&mut a), (32 * MIB, 64 * MIB));
+    assert_eq!(slot_mem(&region, a.pid).total, m.total);
+    assert_eq!(a.rc(&format!("graph_launch {keep}")), INVALID_VALUE, "its allocation is still live");
+    // The 64 MiB graph now needs 32 MiB more than the pool's unused part.
+    a.ok(&format!("graph_launch {with_free}"));
+    assert_eq!(graph_pool(&mut a), (32 * MIB, 96 * MIB));
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m.data, base.data + 96 * MIB, "{m:?}");
+    assert_eq!(m.total, driver_used(&sb, a.pid));
+
+    // Freed outside the graph: back to the graph pool, not to the device; nothing uncounted.
+    a.ok(&format!("free_async {s} {q}"));
+    assert_eq!(graph_pool(&mut a), (0, 96 * MIB));
+    assert_eq!(slot_mem(&region, a.pid), m, "a graph allocation's free uncounts nothing");
+    a.ok("trim 0");
+    assert_eq!(graph_pool(&mut a), (0, 0));
+    let mm = slot_mem(&region, a.pid);
+    assert_eq!(mm, base, "trim gave everything back");
+    assert_eq!(mm.total, driver_used(&sb, a.pid));
+
+    // Instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: a relaunch first frees
+    // what the last one left, so it needs no more pool.
+    a.ok(&format!("cap_begin {s}"));
+    a.ok(&format!("alloc_async {s} 16"));
+    let auto = a.ok(&format!("cap_end {s} 1"));
+    a.ok(&format!("graph_launch {auto}"));
+    a.ok(&format!("graph_launch {auto}"));
+    assert_eq!(graph_pool(&mut a), (16 * MIB, 16 * MIB));
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m.data, base.data + 16 * MIB, "{m:?}");
+    assert_eq!(m.total, driver_used(&sb, a.pid));
+
+    // Fill to the limit with the graph's pool charged: the driver never holds more than the limit
+    // plus one granule.
+    a.ok(&format!("graph_launch {with_free}"));
+    assert!(a.val("fill 8388608", "n") > 0);
+    let truth = driver_used(&sb, a.pid);
+    assert!(truth <= limit + GRANULE, "the driver holds {truth} > limit {limit} + one granule");
+    let m = slot_mem(&region, a.pid);
+    assert_split_adds_up(&m);
+    assert_eq!(m.total, truth, "counted = what the driver holds");
+    // A captured allocation does not fit now: its launch is refused, nothing allocated.
+    a.ok(&format!("cap_begin {s}"));
+    let r = a.ok(&format!("alloc_async {s} 128"));
+    a.ok(&format!("free_async {s} {r}"));
+    let big = a.ok(&format!("cap_end {s}"));
+    assert_eq!(a.rc(&format!("graph_launch {big}")), 2, "over the limit: CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(driver_used(&sb, a.pid), truth);
+    assert_eq!(slot_mem(&region, a.pid), m);
+}
+
+#[test]
+fn a_captured_allocation_over_the_limit_fails_its_launch_and_is_undone() {
+    const OOM: i64 = 2;
+    let sb = Sandbox::new("truth_capture_oom");
+    let region = sb.region();
+    let mut a = spawn(&sb, &region, &[("CUDA_DEVICE_MEMORY_LIMIT", "256m")]);
+    a.ok("init");
+    a.ok("ctx 0");
+    let s = a.ok("stream");
+    let held = a.ok(&format!("alloc_async {s} 96"));
+    let before = slot_mem(&region, a.pid);
+    let before_driver = driver_used(&sb, a.pid);
+    // 96 MiB + the context are counted; a captured 160 MiB allocation does not fit beside them.
+    a.ok(&format!("cap_begin {s}"));
+    a.ok(&format!("alloc_async {s} 160"));
+    let g = a.ok(&format!("cap_end {s}"));
+    assert_eq!(slot_mem(&region, a.pid), before, "captured: nothing counted");
+    assert_eq!(a.rc(&format!("graph_launch {g}")), OOM);
+    assert_eq!(driver_used(&sb, a.pid), before_driver, "the refused launch allocated nothing");
+    assert_eq!(graph_pool(&mut a), (0, 0));
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m, before, "nothing stays counted: {m:?}");
+    assert_split_adds_up(&m);
+    // Room made: the same launch fits, counted as the driver holds it.
+    a.ok(&format!("free_async {s} {held}"));
+    a.ok(&format!("graph_launch {g}"));
+    let m = slot_mem(&region, a.pid);
+    assert_eq!(m.data, 160 * MIB, "{m:?}");
+    assert_eq!(m.total, driver_used(&sb, a.pid));
+}
+
+#[test]
+fn stream_ordered_allocations_outside_a_capture_count_exactly_as_before() {
+    let sb = Sandbox::new("truth_capture_plain");
+    let region = sb.region();
+    let mut a = spawn(&sb, &region, &[("CUDA_DEVICE_MEMORY_LIMIT", "1024m")]);
+    a.ok("init");
+    a.ok("ctx 0");
+    let s = a.ok("stream");
+    let t = a.ok("stream");
+    let base = slot_mem(&region, a.pid).data;
+    // Before any capture, and while another stream captures (also on the per-thread default
+    // stream, whose capture state only the _ptsz query reports).
+    let p = a.ok(&format!("alloc_async {s} 24"));
+    assert_eq!(slot_mem(&region, a.pid).data, base + 24 * MIB);
+    a.ok(&format!("cap_begin {t}"));
+    let q = a.ok(&format!("alloc_async {s} 8"));
+    let r = a.ok(&format!("alloc_async {PTDS} 4"));
+    assert_eq!(slot_mem(&region, a.pid).data, base + 36 * MIB, "counted exactly");
+    a.ok(&format!("free_async {s} {p}"));
+    a.ok(&format!("free_async {PTDS} {q}"));
+    a.ok(&format!("free_async {s} {r}"));
+    assert_eq!(slot_mem(&region, a.pid).data, base, "uncounted exactly");
+    a.ok(&format!("cap_end {t}"));
+    a.ok("sync"); // the stream-ordered pool gives its reserve back
+    assert_eq!(slot_mem(&region, a.pid).total, driver_used(&sb, a.pid));
+}
+
 #[test]
 fn memory_held_out_of_sight_is_reconciled_within_half_a_second() {
     // The context comes up through the hidden path: nothing charged it. The reconciliation finds

@@ -8,7 +8,9 @@
  *   alloc_bench storm MS FILE   pairs for MS milliseconds; every 16 pairs adds 16 to the u64 at
  *                               offset 0 of FILE (mmapped: the count survives a SIGKILL)
  * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one thread
- * first that only sleeps, waking every 250 ms (the shim's process has one such thread). */
+ * first that only sleeps, waking every 250 ms (the shim's process has one such thread).
+ * ALLOC_BENCH_CAPTURED=1 first begins and ends a capture on a new stream (after which the shim
+ * checks every stream-ordered allocation and free for capture). */
 #include <pthread.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -76,6 +78,13 @@ int main(int argc, char **argv) {
     cuCtxGetCurrent = get("cuCtxGetCurrent", 4000);
     void *ctx;
     if (cuInit(0) || cuRetain(&ctx, 0) || cuSetCur(ctx)) { fprintf(stderr, "init failed\n"); return 1; }
+    if (getenv("ALLOC_BENCH_CAPTURED")) {
+        CUresult (*create)(void **, unsigned) = get("cuStreamCreate", 2000);
+        CUresult (*begin)(void *, int) = get("cuStreamBeginCapture", 10010);
+        CUresult (*end)(void *, void **) = get("cuStreamEndCapture", 10000);
+        void *s = NULL, *g = NULL;
+        if (create(&s, 1) || begin(s, 2) || end(s, &g)) { fprintf(stderr, "capture failed\n"); return 1; }
+    }
     if (!strcmp(what, "storm")) {
         long long ms = argc > 2 ? atoll(argv[2]) : 1000;
         int fd = argc > 3 ? open(argv[3], O_RDWR) : -1;

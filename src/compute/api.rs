@@ -14,15 +14,41 @@ pub use crate::driver::*;
 /// be passed through untouched (capturing, invalidated, or the legacy stream is unusable because
 /// another stream captures: `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
 pub fn capturing(stream: CUstream, ptsz: bool) -> bool {
-    let f = if ptsz { cuStreamIsCapturing_ptsz().or_else(cuStreamIsCapturing) } else { cuStreamIsCapturing() };
-    let Some(f) = f else { return false };
-    let mut st: CUstreamCaptureStatus_enum = CU_STREAM_CAPTURE_STATUS_NONE;
-    match unsafe { f(stream, &mut st) } {
-        CUDA_SUCCESS => st != CU_STREAM_CAPTURE_STATUS_NONE,
-        CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => true,
+    match capture_status(stream, ptsz) {
+        None => false,
+        Some(Ok(st)) => st != CU_STREAM_CAPTURE_STATUS_NONE,
+        Some(Err(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)) => true,
         // Unknown state (bad handle: the launch will fail anyway): do not instrument.
-        _ => true,
+        Some(Err(_)) => true,
     }
+}
+
+/// `cuStreamIsCapturing[_ptsz]` of `stream` (`None`: the driver has no such entry point).
+pub fn capture_status(stream: CUstream, ptsz: bool) -> Option<Result<CUstreamCaptureStatus_enum, CUresult>> {
+    let f = if ptsz { cuStreamIsCapturing_ptsz().or_else(cuStreamIsCapturing) } else { cuStreamIsCapturing() }?;
+    let mut st: CUstreamCaptureStatus_enum = CU_STREAM_CAPTURE_STATUS_NONE;
+    Some(match unsafe { f(stream, &mut st) } {
+        CUDA_SUCCESS => Ok(st),
+        e => Err(e),
+    })
+}
+
+/// `Some(graph)` while `stream` is actively capturing, into `graph` (null when the driver cannot
+/// say which); `None` when it is not, or its state is unknown.
+pub fn capture_graph(stream: CUstream, ptsz: bool) -> Option<CUgraph> {
+    let info = if ptsz {
+        cuStreamGetCaptureInfo_v2_ptsz().or_else(cuStreamGetCaptureInfo_v2)
+    } else {
+        cuStreamGetCaptureInfo_v2()
+    };
+    if let Some(f) = info {
+        let mut st: CUstreamCaptureStatus_enum = CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut g: CUgraph = std::ptr::null_mut();
+        let (null_id, null_deps, null_n) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        let r = unsafe { f(stream, &mut st, null_id, &mut g, null_deps, null_n) };
+        return (r == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(g);
+    }
+    matches!(capture_status(stream, ptsz), Some(Ok(CU_STREAM_CAPTURE_STATUS_ACTIVE))).then_some(std::ptr::null_mut())
 }
 
 /// Has `stream` finished all its work? (`false` when unknown.)

@@ -932,6 +932,10 @@ abi_table! {
     func   cuda cuArray3DGetDescriptor_v2 = PFN_cuArray3DGetDescriptor_v2;
     func   cuda cuStreamIsCapturing = PFN_cuStreamIsCapturing;
     func   cuda cuStreamIsCapturing_ptsz = PFN_cuStreamIsCapturing_ptsz;
+    func   cuda cuStreamBeginCapture = PFN_cuStreamBeginCapture;
+    func   cuda cuStreamBeginCapture_ptsz = PFN_cuStreamBeginCapture_ptsz;
+    func   cuda cuStreamBeginCapture_v2 = PFN_cuStreamBeginCapture_v2;
+    func   cuda cuStreamBeginCapture_v2_ptsz = PFN_cuStreamBeginCapture_v2_ptsz;
     func   cuda cuStreamGetCaptureInfo_v2 = PFN_cuStreamGetCaptureInfo_v2;
     func   cuda cuStreamQuery = PFN_cuStreamQuery;
     func   cuda cuStreamSynchronize = PFN_cuStreamSynchronize;

@@ -10,9 +10,20 @@
  *   library MIB             cuLibraryLoadData of the same kind of image -> id
  *   module_unload ID | library_unload ID
  *   limit L V               cuCtxSetLimit(L, V)
- *   graph MIB               graph with one MIB MiB memory-allocation node, instantiated -> id
+ *   graph MIB [KEEP]        graph with one MIB MiB memory-allocation node and a free node of it
+ *                           (KEEP=1: no free node), instantiated -> id
  *   graph_launch ID         cuGraphLaunch on the NULL stream + cuCtxSynchronize
  *   trim ORD                cuDeviceGraphMemTrim
+ *   graph_attr ORD          cuDeviceGetGraphMemAttribute -> used reserved (the driver's own figures)
+ * Stream capture. S is a stream id from `stream`, or 9999 for the per-thread default stream
+ * (through the _ptsz entry points with the NULL handle):
+ *   stream                  cuStreamCreate (non-blocking) -> id
+ *   cap_begin S             cuStreamBeginCapture_v2 (relaxed)
+ *   alloc_async S MIB       cuMemAllocAsync on S (captured or not) -> id dptr
+ *   free_async S ID         cuMemFreeAsync on S
+ *   cap_kernel S MODID      cuLaunchKernel of vgpu_test_kernel of module MODID on S
+ *   cap_end S [FLAGS]       cuStreamEndCapture + cuGraphInstantiateWithFlags(FLAGS) -> id (an exec)
+ *   sync                    cuCtxSynchronize (stream-ordered pools trim to their threshold)
  *   alloc BYTES -> id | free ID
  *   fill CHUNK              cuMemAlloc_v2 CHUNK until it fails -> n rc (kept)
  *   meminfo                 cuMemGetInfo_v2 -> free total
@@ -49,6 +60,21 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *de
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
 CUresult cuDeviceGraphMemTrim(CUdevice d);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd, CUdeviceptr p);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v);
+CUresult cuStreamCreate(CUstream *s, unsigned flags);
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s);
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shmem, CUstream s, void **params, void **extra);
+
+#define PTDS 9999ULL
 
 #define MAXOBJ 4096
 static void *objs[MAXOBJ];
@@ -137,12 +163,51 @@ int main(void) {
             p.bytesize = (size_t)a << 20;
             int rc = cuGraphCreate(&g, 0);
             if (!rc) rc = cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+            CUgraphNode fn_ = NULL;
+            if (!rc && !b) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
             if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, 0);
             printf("rc=%d id=%d dptr=%llx\n", rc, rc ? -1 : add(e), p.dptr);
         } else if (!strcmp(cmd, "graph_launch")) {
             int rc = cuGraphLaunch((CUgraphExec)objs[a], NULL);
             if (!rc) rc = cuCtxSynchronize();
             printf("rc=%d\n", rc);
+        } else if (!strcmp(cmd, "graph_attr")) {
+            unsigned long long used = 0, reserved = 0;
+            int rc = cuDeviceGetGraphMemAttribute((int)a, 0, &used);
+            if (!rc) rc = cuDeviceGetGraphMemAttribute((int)a, 2, &reserved);
+            printf("rc=%d used=%llu reserved=%llu\n", rc, used, reserved);
+        } else if (!strcmp(cmd, "stream")) {
+            CUstream s = NULL;
+            int rc = cuStreamCreate(&s, 1);
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(s));
+        } else if (!strcmp(cmd, "cap_begin")) {
+            int rc = a == PTDS ? cuStreamBeginCapture_v2_ptsz(NULL, 2) : cuStreamBeginCapture_v2((CUstream)objs[a], 2);
+            printf("rc=%d\n", rc);
+        } else if (!strcmp(cmd, "alloc_async")) {
+            CUdeviceptr p = 0;
+            size_t bytes = (size_t)b << 20;
+            int rc = a == PTDS ? cuMemAllocAsync_ptsz(&p, bytes, NULL) : cuMemAllocAsync(&p, bytes, (CUstream)objs[a]);
+            printf("rc=%d id=%d dptr=%llx\n", rc, rc ? -1 : add((void *)(uintptr_t)p), p);
+        } else if (!strcmp(cmd, "free_async")) {
+            CUdeviceptr p = (CUdeviceptr)(uintptr_t)objs[b];
+            int rc = a == PTDS ? cuMemFreeAsync_ptsz(p, NULL) : cuMemFreeAsync(p, (CUstream)objs[a]);
+            printf("rc=%d\n", rc);
+        } else if (!strcmp(cmd, "cap_kernel")) {
+            CUfunction f = NULL;
+            int rc = cuModuleGetFunction(&f, (CUmodule)objs[b], VGPU_TEST_KERNEL);
+            if (!rc) {
+                rc = a == PTDS ? cuLaunchKernel_ptsz(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)
+                               : cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, (CUstream)objs[a], NULL, NULL);
+            }
+            printf("rc=%d\n", rc);
+        } else if (!strcmp(cmd, "cap_end")) {
+            CUgraph g = NULL;
+            CUgraphExec e = NULL;
+            int rc = a == PTDS ? cuStreamEndCapture_ptsz(NULL, &g) : cuStreamEndCapture((CUstream)objs[a], &g);
+            if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, b);
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
+        } else if (!strcmp(cmd, "sync")) {
+            printf("rc=%d\n", cuCtxSynchronize());
         } else if (!strcmp(cmd, "trim")) {
             printf("rc=%d\n", cuDeviceGraphMemTrim((int)a));
         } else if (!strcmp(cmd, "alloc")) {

@@ -1726,6 +1726,16 @@ pub type PFN_cuStreamIsCapturing = ::core::option::Option<
 pub type PFN_cuStreamIsCapturing_ptsz = ::core::option::Option<
     unsafe extern "C" fn(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult,
 >;
+pub type PFN_cuStreamBeginCapture =
+    ::core::option::Option<unsafe extern "C" fn(hStream: CUstream) -> CUresult>;
+pub type PFN_cuStreamBeginCapture_ptsz =
+    ::core::option::Option<unsafe extern "C" fn(hStream: CUstream) -> CUresult>;
+pub type PFN_cuStreamBeginCapture_v2 = ::core::option::Option<
+    unsafe extern "C" fn(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult,
+>;
+pub type PFN_cuStreamBeginCapture_v2_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult,
+>;
 pub type PFN_cuStreamGetCaptureInfo_v2 = ::core::option::Option<
     unsafe extern "C" fn(
         hStream: CUstream,

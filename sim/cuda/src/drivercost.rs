@@ -8,9 +8,11 @@
 //!   `(size - 1024) × 2048 resident threads × SM count` of local memory; a malloc heap or printf FIFO
 //!   above its default reserves the excess; per context, given back when the limit is lowered or the
 //!   context goes;
-//! * graph memory: a launch of an executable graph with memory-allocation nodes grows the process's
-//!   graph pool on that device to the graph's footprint; `cuDeviceGraphMemTrim` gives it back
-//!   (always on: it only matters to graphs with memory nodes, which nothing used before);
+//! * graph memory: a launch of an executable graph with memory-allocation nodes (explicit, or
+//!   `cuMemAllocAsync` captured from a stream) grows the process's graph pool on that device by
+//!   what the pool's free part lacks for the graph's footprint; allocations the graph does not free
+//!   stay used until freed outside it; `cuDeviceGraphMemTrim` gives the unused part back (always
+//!   on: it only matters to graphs with memory nodes, which nothing used before);
 //! * a hidden primary context (`VGPU_SIM_HIDDEN_PRIMARY=1`): `cuGetExportTable` with
 //!   [`HIDDEN_TABLE_ID`] hands out a private table whose entry 1 retains the primary context of an
 //!   ordinal and makes it current, as NVIDIA's runtime does through its own export table, so no
@@ -64,8 +66,23 @@ pub(crate) struct Held {
     pub modules: std::collections::HashMap<u64, (usize, u64)>,
     /// (context, CUlimit) → (value, device, bytes charged).
     pub limits: std::collections::HashMap<(u64, u32), (u64, usize, u64)>,
-    /// Graph pool per device: (reserved now, reserved high).
-    pub graph_pool: [(u64, u64); MAX_DEVICES],
+    /// Graph pool per device.
+    pub graph_pool: [GraphPool; MAX_DEVICES],
+    /// Graph allocations alive after their launch (not freed inside the graph): address →
+    /// (device, bytes of the pool they use).
+    pub graph_live: std::collections::HashMap<u64, (usize, u64)>,
+    /// Address space of live graph allocations whose graph was destroyed: address → length.
+    pub orphan_backing: std::collections::HashMap<u64, u64>,
+}
+
+/// A device's graph memory pool: `reserved` is charged to the process, `used` by live graph
+/// allocations (during a launch the whole footprint is used).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct GraphPool {
+    pub reserved: u64,
+    pub reserved_high: u64,
+    pub used: u64,
+    pub used_high: u64,
 }
 
 // ---- modules -------------------------------------------------------------------------------------
@@ -189,46 +206,91 @@ pub(crate) fn ctx_gone(sim: &mut Sim, h: u64) {
 
 // ---- graph memory --------------------------------------------------------------------------------
 
-/// Grow device `dev`'s graph pool to hold `bytes` (a launch of a graph with that footprint).
-pub(crate) fn graph_pool_grow(sim: &mut Sim, dev: usize, bytes: u64) -> Result<(), CUresult> {
-    let (reserved, high) = sim.held.graph_pool[dev];
-    if bytes <= reserved {
-        return Ok(());
+/// A launch of a graph with `footprint` bytes of allocation nodes on `dev`: the pool grows by what
+/// its free part lacks (refused: nothing launched), the allocations in `keeps` (address, bytes; not
+/// freed inside the graph) stay used after it, and the live graph allocations in `frees` (freed by
+/// the graph's free nodes) go back to the pool.
+pub(crate) fn graph_pool_launch(
+    sim: &mut Sim,
+    dev: usize,
+    footprint: u64,
+    keeps: &[(u64, u64)],
+    frees: &[u64],
+) -> Result<(), CUresult> {
+    if keeps.iter().any(|k| sim.held.graph_live.contains_key(&k.0)) {
+        return Err(CUDA_ERROR_INVALID_VALUE); // an allocation of its last launch was not freed
     }
-    charge(dev, bytes - reserved)?;
-    sim.held.graph_pool[dev] = (bytes, high.max(bytes));
-    simlog!("graph pool on device {} grew to {} bytes", dev, bytes);
+    let p = sim.held.graph_pool[dev];
+    let free = p.reserved - p.used;
+    if footprint > free {
+        charge(dev, footprint - free)?;
+        let p = &mut sim.held.graph_pool[dev];
+        p.reserved += footprint - free;
+        p.reserved_high = p.reserved_high.max(p.reserved);
+        simlog!("graph pool on device {} grew to {} bytes", dev, p.reserved);
+    }
+    let p = &mut sim.held.graph_pool[dev];
+    p.used_high = p.used_high.max(p.used + footprint);
+    for f in frees {
+        graph_free(sim, *f);
+    }
+    for &(addr, bytes) in keeps {
+        sim.held.graph_live.insert(addr, (dev, bytes));
+        sim.held.graph_pool[dev].used += bytes;
+    }
     Ok(())
 }
 
-/// Give device `dev`'s graph pool back (trim, or the last context on the device went).
-pub(crate) fn graph_pool_release(sim: &mut Sim, dev: usize) {
-    let (reserved, high) = sim.held.graph_pool[dev];
-    if reserved > 0 {
-        uncharge(dev, reserved);
-        simlog!("graph pool on device {} trimmed ({} bytes)", dev, reserved);
+/// A live graph allocation is freed (outside its graph, or by another graph's free node): its
+/// memory goes back to the graph pool, not to the device. `false`: not a live graph allocation.
+pub(crate) fn graph_free(sim: &mut Sim, addr: u64) -> bool {
+    let Some((dev, bytes)) = sim.held.graph_live.remove(&addr) else { return false };
+    let p = &mut sim.held.graph_pool[dev];
+    p.used = p.used.saturating_sub(bytes);
+    crate::graph::drop_orphan_backing(sim, addr);
+    true
+}
+
+/// `cuDeviceGraphMemTrim`: give the unused part of device `dev`'s graph pool back.
+pub(crate) fn graph_pool_trim(sim: &mut Sim, dev: usize) {
+    let p = &mut sim.held.graph_pool[dev];
+    let give = p.reserved - p.used;
+    if give > 0 {
+        p.reserved = p.used;
+        uncharge(dev, give);
+        simlog!("graph pool on device {} trimmed by {} bytes", dev, give);
     }
-    sim.held.graph_pool[dev] = (0, high);
+}
+
+/// The last context on device `dev` went: its graph pool and live graph allocations go with it.
+pub(crate) fn graph_pool_release(sim: &mut Sim, dev: usize) {
+    let live: Vec<u64> = sim.held.graph_live.iter().filter(|e| e.1.0 == dev).map(|e| *e.0).collect();
+    for a in live {
+        graph_free(sim, a);
+    }
+    graph_pool_trim(sim, dev);
 }
 
 pub(crate) fn device_graph_mem_trim(dev: CUdevice) -> CUresult {
     cu_try!({
         let d = check_dev(dev)?;
-        graph_pool_release(&mut sim::lock(), d);
+        graph_pool_trim(&mut sim::lock(), d);
         Ok(())
     })
 }
 
 /// `cuDeviceGetGraphMemAttribute`: USED_MEM_CURRENT (0), USED_MEM_HIGH (1), RESERVED_MEM_CURRENT
-/// (2), RESERVED_MEM_HIGH (3), as `cuuint64_t`. The pool is fully used while it exists.
+/// (2), RESERVED_MEM_HIGH (3), as `cuuint64_t`.
 pub(crate) fn device_get_graph_mem_attribute(dev: CUdevice, attr: i32, value: *mut c_void) -> CUresult {
     cu_try!({
         let d = check_dev(dev)?;
         nonnull(value)?;
-        let (cur, high) = sim::lock().held.graph_pool[d];
+        let p = sim::lock().held.graph_pool[d];
         let v = match attr {
-            0 | 2 => cur,
-            1 | 3 => high,
+            0 => p.used,
+            1 => p.used_high,
+            2 => p.reserved,
+            3 => p.reserved_high,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         };
         unsafe { out(value as *mut u64, v) }

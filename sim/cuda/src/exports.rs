@@ -441,6 +441,11 @@ exports! {
     ) {
         graph::add_mem_alloc_node(node, g, deps, n, p)
     }
+    "cuGraphAddMemFreeNode" @ 11040 => fn cuGraphAddMemFreeNode(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, dptr: CUdeviceptr,
+    ) {
+        graph::add_mem_free_node(node, g, deps, n, dptr)
+    }
     "cuDeviceGraphMemTrim" @ 11040 => fn cuDeviceGraphMemTrim(dev: CUdevice) { drivercost::device_graph_mem_trim(dev) }
     "cuDeviceGetGraphMemAttribute" @ 11040 => fn cuDeviceGetGraphMemAttribute(dev: CUdevice, attr: i32, v: *mut c_void) {
         drivercost::device_get_graph_mem_attribute(dev, attr, v)

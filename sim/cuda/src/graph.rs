@@ -1,5 +1,8 @@
-//! Graphs with kernel nodes (built explicitly or by stream capture). An executable graph is a
-//! snapshot of its kernel nodes; a launch runs them in sequence on the stream.
+//! Graphs with kernel and memory nodes (built explicitly or by stream capture: a kernel launch or
+//! `cuMemAllocAsync` / `cuMemFreeAsync` on a capturing stream adds a node instead of running). An
+//! executable graph is a snapshot of its kernel nodes and memory footprint; a launch draws the
+//! memory from the graph pool (docs/design.md "Simulated GPU knobs") and runs the kernels in
+//! sequence on the stream.
 
 use crate::context::current;
 use crate::launch::{KParams, launch_seq};
@@ -23,6 +26,8 @@ pub(crate) struct Node {
     pub ctx: u64,
     /// A memory-allocation node: (backing base, backing length, charged footprint).
     pub mem: Option<(u64, u64, u64)>,
+    /// A memory-free node: the graph allocation it frees.
+    pub free: Option<u64>,
 }
 
 unsafe impl Send for Node {}
@@ -32,6 +37,12 @@ pub(crate) struct Exec {
     /// Device and graph-pool footprint of the memory nodes (0: none).
     pub mem_dev: usize,
     pub mem_bytes: u64,
+    /// Allocations the graph does not free (address, footprint): alive after a launch.
+    pub keeps: Vec<(u64, u64)>,
+    /// Free nodes of allocations made outside the graph (by another graph's launch).
+    pub frees: Vec<u64>,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last left.
+    pub auto_free: bool,
 }
 
 pub(crate) fn new_graph(sim: &mut Sim) -> u64 {
@@ -61,7 +72,9 @@ fn add_node(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let h = sim::new_handle();
-    sim.nodes.insert(h, Node { graph: g, deps: deps.to_vec(), params: p, kernel_params, extra, kern, ctx, mem: None });
+    let node =
+        Node { graph: g, deps: deps.to_vec(), params: p, kernel_params, extra, kern, ctx, mem: None, free: None };
+    sim.nodes.insert(h, node);
     sim.graphs.get_mut(&g).unwrap().nodes.push(h);
     Ok(h)
 }
@@ -143,7 +156,53 @@ pub(crate) fn add_kernel_node_v2(
     })
 }
 
-/// `cuGraphAddMemAllocNode`: address space now, device memory from the graph pool at launch.
+const NO_KERNEL: KParams = KParams { func: 0, grid: [0; 3], block: [0; 3], shmem: 0 };
+
+/// Add an allocation node of `bytes` to `g`: address space now, device memory from the graph pool
+/// at launch. `(node, address)`.
+pub(crate) fn add_alloc_node(sim: &mut Sim, g: u64, deps: &[u64], bytes: u64) -> Result<(u64, u64), CUresult> {
+    let (base, len) = crate::drivercost::mem_node_backing(bytes)?;
+    let h = match add_node(sim, g, deps, NO_KERNEL, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0) {
+        Ok(h) => h,
+        Err(e) => {
+            crate::drivercost::mem_node_unback(base, len);
+            return Err(e);
+        }
+    };
+    let footprint = sim_state::round_up(bytes, sim_state::GRANULE);
+    sim.nodes.get_mut(&h).unwrap().mem = Some((base, len, footprint));
+    Ok((h, base))
+}
+
+/// The allocation node whose address is `addr`, if any.
+fn alloc_node_of(sim: &Sim, addr: u64) -> Option<u64> {
+    sim.nodes.iter().find(|(_, n)| n.mem.is_some_and(|m| m.0 == addr)).map(|(h, _)| *h)
+}
+
+/// Add a free node of graph allocation `addr` to `g` (an allocation node's address in any graph;
+/// anything else is `CUDA_ERROR_INVALID_VALUE`, as the driver answers).
+pub(crate) fn add_free_node(sim: &mut Sim, g: u64, deps: &[u64], addr: u64) -> Result<u64, CUresult> {
+    if alloc_node_of(sim, addr).is_none() && !sim.held.graph_live.contains_key(&addr) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let gr = sim.graphs.get(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if gr.nodes.iter().any(|n| sim.nodes.get(n).is_some_and(|n| n.free == Some(addr))) {
+        return Err(CUDA_ERROR_INVALID_VALUE); // freed twice in one graph
+    }
+    let h = add_node(sim, g, deps, NO_KERNEL, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0)?;
+    sim.nodes.get_mut(&h).unwrap().free = Some(addr);
+    Ok(h)
+}
+
+/// A live graph allocation was freed: drop its address space if its node is gone (graph destroyed).
+pub(crate) fn drop_orphan_backing(sim: &mut Sim, addr: u64) {
+    if alloc_node_of(sim, addr).is_none() {
+        let len = sim.held.orphan_backing.remove(&addr).unwrap_or(0);
+        crate::drivercost::mem_node_unback(addr, len);
+    }
+}
+
+/// `cuGraphAddMemAllocNode`.
 pub(crate) fn add_mem_alloc_node(
     pn: *mut CUgraphNode,
     g: CUgraph,
@@ -161,23 +220,29 @@ pub(crate) fn add_mem_alloc_node(
         }
         crate::context::check_dev(prm.location.id)?;
         let deps = unsafe { deps_vec(deps, n)? };
-        let (base, len) = crate::drivercost::mem_node_backing(prm.bytesize as u64)?;
-        let kp = KParams { func: 0, grid: [0; 3], block: [0; 3], shmem: 0 };
-        let mut sim = sim::lock();
-        let h = match add_node(&mut sim, g as u64, &deps, kp, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0) {
-            Ok(h) => h,
-            Err(e) => {
-                crate::drivercost::mem_node_unback(base, len);
-                return Err(e);
-            }
-        };
-        let footprint = sim_state::round_up(prm.bytesize as u64, sim_state::GRANULE);
-        sim.nodes.get_mut(&h).unwrap().mem = Some((base, len, footprint));
+        let (h, base) = add_alloc_node(&mut sim::lock(), g as u64, &deps, prm.bytesize as u64)?;
         prm.dptr = base;
         unsafe {
             p.write_unaligned(prm);
             out(pn, h as CUgraphNode)
         }
+    })
+}
+
+/// `cuGraphAddMemFreeNode`.
+pub(crate) fn add_mem_free_node(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pn)?;
+        let deps = unsafe { deps_vec(deps, n)? };
+        let h = add_free_node(&mut sim::lock(), g as u64, &deps, dptr)?;
+        unsafe { out(pn, h as CUgraphNode) }
     })
 }
 
@@ -210,7 +275,12 @@ pub(crate) fn node_get_type(n: CUgraphNode, t: *mut u32) -> CUresult {
         check_init()?;
         let sim = sim::lock();
         let nd = sim.nodes.get(&(n as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        unsafe { out(t, if nd.mem.is_some() { CU_GRAPH_NODE_TYPE_MEM_ALLOC } else { CU_GRAPH_NODE_TYPE_KERNEL }) }
+        let ty = match (nd.mem, nd.free) {
+            (Some(_), _) => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            (_, Some(_)) => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            _ => CU_GRAPH_NODE_TYPE_KERNEL,
+        };
+        unsafe { out(t, ty) }
     })
 }
 
@@ -265,18 +335,23 @@ pub(crate) fn kernel_node_get_params_v1(n: CUgraphNode, out_p: *mut CUDA_KERNEL_
     })
 }
 
-pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, _flags: u64) -> CUresult {
+pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, flags: u64) -> CUresult {
     cu_try!({
         check_init()?;
         nonnull(pe)?;
         let mut sim = sim::lock();
         let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let nodes: Vec<&Node> = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).collect();
-        let kernels = nodes.iter().filter(|n| n.mem.is_none()).map(|n| n.params).collect();
+        let kernels = nodes.iter().filter(|n| n.mem.is_none() && n.free.is_none()).map(|n| n.params).collect();
         let mem_bytes: u64 = nodes.iter().filter_map(|n| n.mem).map(|m| m.2).sum();
-        let mem_dev = if mem_bytes > 0 { current(&mut sim)?.1 } else { 0 };
+        let freed: Vec<u64> = nodes.iter().filter_map(|n| n.free).collect();
+        let allocated: Vec<u64> = nodes.iter().filter_map(|n| n.mem).map(|m| m.0).collect();
+        let keeps = nodes.iter().filter_map(|n| n.mem).filter(|m| !freed.contains(&m.0)).map(|m| (m.0, m.2)).collect();
+        let frees: Vec<u64> = freed.into_iter().filter(|f| !allocated.contains(f)).collect();
+        let mem_dev = if mem_bytes > 0 || !frees.is_empty() { current(&mut sim)?.1 } else { 0 };
         let h = sim::new_handle();
-        sim.execs.insert(h, Exec { kernels, mem_dev, mem_bytes });
+        let auto_free = flags & 1 != 0;
+        sim.execs.insert(h, Exec { kernels, mem_dev, mem_bytes, keeps, frees, auto_free });
         unsafe { out(pe, h as CUgraphExec) }
     })
 }
@@ -306,12 +381,17 @@ pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult 
             return e;
         }
         let mut sim = sim::lock();
-        let (kernels, dev, bytes) = match sim.execs.get(&(e as u64)) {
-            Some(x) => (x.kernels.clone(), x.mem_dev, x.mem_bytes),
+        let (kernels, dev, bytes, keeps, frees) = match sim.execs.get(&(e as u64)) {
+            Some(x) => (x.kernels.clone(), x.mem_dev, x.mem_bytes, x.keeps.clone(), x.frees.clone()),
             None => return CUDA_ERROR_INVALID_VALUE,
         };
-        if bytes > 0
-            && let Err(e) = crate::drivercost::graph_pool_grow(&mut sim, dev, bytes)
+        if sim.execs[&(e as u64)].auto_free {
+            for k in &keeps {
+                crate::drivercost::graph_free(&mut sim, k.0);
+            }
+        }
+        if (bytes > 0 || !frees.is_empty())
+            && let Err(e) = crate::drivercost::graph_pool_launch(&mut sim, dev, bytes, &keeps, &frees)
         {
             return e;
         }
@@ -341,7 +421,11 @@ pub(crate) fn graph_destroy(g: CUgraph) -> CUresult {
         let gr = sim.graphs.remove(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         for n in gr.nodes {
             if let Some(Node { mem: Some((base, len, _)), .. }) = sim.nodes.remove(&n) {
-                crate::drivercost::mem_node_unback(base, len);
+                if sim.held.graph_live.contains_key(&base) {
+                    sim.held.orphan_backing.insert(base, len); // valid until freed
+                } else {
+                    crate::drivercost::mem_node_unback(base, len);
+                }
             }
         }
         Ok(())

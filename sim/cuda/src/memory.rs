@@ -216,6 +216,9 @@ pub(crate) fn mem_free(dptr: CUdeviceptr) -> CUresult {
             return Ok(()); // cuMemFree(0) is a no-op
         }
         let mut sim = sim::lock();
+        if crate::drivercost::graph_free(&mut sim, dptr) {
+            return Ok(()); // a graph allocation: back to the graph pool
+        }
         match sim.allocs.get(&dptr).map(|a| a.kind) {
             Some(AllocKind::Device | AllocKind::Managed) => {
                 free_tracked(&mut sim, dptr);

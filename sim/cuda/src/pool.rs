@@ -152,6 +152,18 @@ pub(crate) fn mem_alloc_async(
             }
             None => current_pool(&mut sim, dev),
         };
+        if let Some(c) = sim.streams[&k].capture.as_ref() {
+            // Captured: an allocation node of the graph, nothing allocated until its launch (the
+            // memory then comes from the graph pool, not from `pool`).
+            if size == 0 {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let (g, deps) = (c.graph, c.deps.clone());
+            let (node, ptr) = crate::graph::add_alloc_node(&mut sim, g, &deps, size as u64)?;
+            sim.streams.get_mut(&k).unwrap().capture.as_mut().unwrap().deps = vec![node];
+            simlog!("cuMemAllocAsync captured: {} bytes at {:#x} (node {:#x})", size, ptr, node);
+            return unsafe { out(dptr, ptr) };
+        }
         let ptr = alloc_from(&mut sim, pool, size as u64, ctx)?;
         stream::enqueue(&mut sim, k, 0);
         unsafe { out(dptr, ptr) }
@@ -161,7 +173,17 @@ pub(crate) fn mem_alloc_async(
 pub(crate) fn mem_free_async(ptr: CUdeviceptr, h: CUstream, ptds: bool) -> CUresult {
     cu_try!({
         let mut sim = sim::lock();
-        stream::resolve(&mut sim, h, ptds)?;
+        let k = stream::resolve(&mut sim, h, ptds)?;
+        if let Some(c) = sim.streams[&k].capture.as_ref() {
+            // Captured: a free node of a graph allocation; nothing is freed now.
+            let (g, deps) = (c.graph, c.deps.clone());
+            let node = crate::graph::add_free_node(&mut sim, g, &deps, ptr)?;
+            sim.streams.get_mut(&k).unwrap().capture.as_mut().unwrap().deps = vec![node];
+            return Ok(());
+        }
+        if crate::drivercost::graph_free(&mut sim, ptr) {
+            return Ok(()); // back to the graph pool
+        }
         match sim.allocs.get(&ptr).map(|a| a.kind) {
             Some(AllocKind::Pool(p)) => free_block(&mut sim, p, ptr),
             Some(AllocKind::Device | AllocKind::Managed) => {

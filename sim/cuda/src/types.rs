@@ -213,6 +213,7 @@ pub const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
 // Graphs
 pub const CU_GRAPH_NODE_TYPE_KERNEL: u32 = 0;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: u32 = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: u32 = 11;
 
 // Functions
 pub const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 0;
