@@ -79,7 +79,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         let bucket = Bucket::attach(c.bucket_state(d), params);
         // The container's lowest cost of this launch shape (`limiter::lowcost`): a cap on
         // estimates this process has not confirmed yet (or confirmed on a queue).
-        let low = lowcost::lookup(&Words(c.bucket_state(d)).low_costs(), low_tag);
+        let low = lowcost::lookup(&Words(c.bucket_state(d)).low_costs(), low_tag, now);
         let (pred, k) = {
             let mut ctl = dev.ctl.lock();
             (ctl.model.predict_low(sig, now, low), ctl.corr.k())

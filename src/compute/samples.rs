@@ -149,9 +149,9 @@ pub fn poll(c: &Compute) -> bool {
             Some(ns) => {
                 let lw = Words(c.bucket_state(p.d)).low_costs();
                 let tag = lowcost::tag(&p.sig);
-                let delta = ctl.model.sample_done_low(p.sig, *ns, now, lowcost::lookup(&lw, tag));
+                let delta = ctl.model.sample_done_low(p.sig, *ns, now, lowcost::lookup(&lw, tag, now));
                 if let Some((est, confirmed)) = ctl.model.shared_estimate(&p.sig) {
-                    lowcost::offer(&lw, tag, est, confirmed);
+                    lowcost::offer(&lw, tag, est, confirmed, now);
                 }
                 // Completed somewhere in the last poll interval (≤ 1 ms).
                 ctl.corr.note_lag(p.since, now.saturating_sub(500_000), *ns);

@@ -232,9 +232,9 @@ pub fn run(sc: &Scenario) -> Outcome {
             if polled <= now {
                 let lw = Words(&states[ci]).low_costs();
                 let tag = lowcost::tag(&sig);
-                let delta = p.model.sample_done_low(sig, measured, now, lowcost::lookup(&lw, tag));
+                let delta = p.model.sample_done_low(sig, measured, now, lowcost::lookup(&lw, tag, now));
                 if let Some((est, confirmed)) = p.model.shared_estimate(&sig) {
-                    lowcost::offer(&lw, tag, est, confirmed);
+                    lowcost::offer(&lw, tag, est, confirmed, now);
                 }
                 if ci == 1 && std::env::var("VSIM_TRACE_B").is_ok() {
                     let bal = params_of(ci).map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
@@ -279,7 +279,7 @@ pub fn run(sc: &Scenario) -> Outcome {
             let sig = sig_of(dur);
             let mut sample = false;
             if let Some(prm) = params_of(ci) {
-                let low = lowcost::lookup(&Words(&states[ci]).low_costs(), lowcost::tag(&sig));
+                let low = lowcost::lookup(&Words(&states[ci]).low_costs(), lowcost::tag(&sig), now);
                 let pred = p.model.predict_low(sig, now, low);
                 // The container's first-sample gate (the shim's `gate.rs` does the same).
                 let gated = pred.unknown
@@ -623,6 +623,18 @@ fn burst_yields_to_a_newcomer() {
 }
 
 #[test]
+fn burst_newcomer_with_long_kernels_over_seeds() {
+    // 20 ms kernels × 4 processes per container: the case where a newcomer's processes' first
+    // samples queue behind each other and the burster (`limiter::lowcost` shares the container's
+    // lowest cost so they do not all re-price themselves into debt).
+    for seed in 1..=12u64 {
+        let o = burst_run(&[(30, 100, 4), (50, 0, 4)], LONG, true, vec![0, 2 * S], 4, seed * 7 + 1);
+        let b = window(&o, 1, 2 * S);
+        assert!(b >= 45.0, "seed {seed}: B {b:.1} A {:.1}", window(&o, 0, 2 * S));
+    }
+}
+
+#[test]
 #[ignore]
 fn debug_newcomer() {
     let w = WORKS[std::env::var("W").ok().and_then(|v| v.parse().ok()).unwrap_or(1)];
@@ -687,4 +699,18 @@ fn debug_seeds() {
         );
     }
     println!("{out}");
+}
+
+#[test]
+#[ignore]
+fn debug_pair_burst() {
+    let w = WORKS[std::env::var("W").ok().and_then(|v| v.parse().ok()).unwrap_or(1)];
+    let np: usize = std::env::var("NP").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let seed: u64 = std::env::var("SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(73);
+    let la: u64 = std::env::var("LA").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let lb: u64 = std::env::var("LB").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let o = burst_run(&[(la, 100, np), (lb, 100, np)], w, true, vec![], 6, seed);
+    println!("share {:?}", o.share);
+    println!("  A {:?}", &o.series[0][..40].iter().map(|v| v.round()).collect::<Vec<_>>());
+    println!("  B {:?}", &o.series[1][..40].iter().map(|v| v.round()).collect::<Vec<_>>());
 }
