@@ -71,7 +71,7 @@ pub const EVICT_AGE_NS: u64 = 10_000_000_000;
 /// kernel runs long does not hold the others' first launches for longer).
 pub const FIRST_GATE_HOLD_NS: u64 = 500_000_000;
 /// A signature is young in a process for this long after its first prediction: the container's
-/// confirmed lowest cost of its shape caps even a confirmed estimate ([`super::lowcost`]).
+/// lowest cost of its shape caps even a confirmed estimate ([`super::lowcost`]).
 pub const YOUNG_NS: u64 = 2_000_000_000;
 
 /// Claims the container's first-sample gate (`gate`: a word shared by its processes holding the
@@ -347,8 +347,9 @@ impl CostModel {
     }
 
     /// [`CostModel::predict`] with the container's lowest cost of the launch's shape
-    /// ([`super::lowcost`]): an unconfirmed estimate is charged at most that, and a signature
-    /// without an estimate is guessed at it (a basis: no first-sample wait, no gate).
+    /// ([`super::lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
+    /// signature without an estimate is guessed at a *confirmed* one (a basis: no first-sample
+    /// wait, no gate).
     pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
         if !self.map.contains_key(&sig) {
             self.evict(now);
