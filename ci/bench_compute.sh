@@ -6,7 +6,9 @@
 #
 #   ci/bench_compute.sh            full table (~6 min on 2 cores)
 #   BENCH_QUICK=1 ci/bench_compute.sh   a few cells only
-#   BENCH_SECTIONS=main,pair,nonvml,under,latency   (default: all)
+#   BENCH_SECTIONS=main,pair,nonvml,under,latency,burst   (default: all)
+#   BENCH_BURST_WORK=long,mix BENCH_BURST_PROCS=4 BENCH_BURST_SCEN=AC,AD,Bstart   burst cells subset
+#   BENCH_TRACE_DIR=DIR   clients' stderr (LIBCUDA_LOG_LEVEL=4) and each cell's 100 ms series into DIR
 #
 # Output: a markdown report on stdout; report, CSV and plot in $BENCH_OUT (default
 # target/bench-compute/: compute.md, compute.csv, share_over_time.png).
@@ -48,6 +50,8 @@ def base_env(state, extra):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("CUDA_", "VGPU_", "LIBCUDA_", "LD_", "GPU_CORE", "BENCH_"))}
     e.update({"LD_LIBRARY_PATH": SIMLIB, "VGPU_SIM_STATE": state, "VGPU_SIM_PID_OFFSET": PID_OFFSET})
+    if os.environ.get("BENCH_TRACE_DIR"):
+        e["LIBCUDA_LOG_LEVEL"] = "4"
     e.update(extra)
     return e
 
@@ -90,6 +94,9 @@ def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=W
         o, e = p.communicate(timeout=120)
         if p.returncode != 0:
             sys.exit(f"client failed ({p.returncode}): {o}\n{e}")
+        if os.environ.get("BENCH_TRACE_DIR"):
+            with open(os.path.join(os.environ["BENCH_TRACE_DIR"], f"cell{cell_no[0]}-c{ci}-{p.pid}.err"), "w") as f:
+                f.write(e)
         kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
         launches[ci] += int(kv.get("launches", 0))
         pids[ci].add(p.pid)
@@ -115,6 +122,9 @@ def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=W
         secs = [share(at(settle + i), at(settle + i + 1)) for i in range(int(window))]
         series = [(ts[i + 1] / 1000, share(ts[i], ts[i + 1])) for i in range(len(ts) - 1)]
         res.append((win, secs, series, launches[ci]))
+        if os.environ.get("BENCH_TRACE_DIR"):
+            with open(os.path.join(os.environ["BENCH_TRACE_DIR"], f"cell{cell_no[0]}-c{ci}.series"), "w") as f:
+                f.write(" ".join(f"{t:.1f}:{v:.0f}" for t, v in series) + "\n")
     return res
 
 report = []
@@ -231,14 +241,23 @@ out()
 out("| workload | procs | A 30/100 alone | A 30/100 + B 50 | A 30/100 + C 30/100 | A 20/100 + D 60/100 | B starts: B first 1 s / A | time to 45 % |")
 out("|---|---:|---:|---:|---:|---:|---:|---:|")
 BURST_WORK = WORKLOADS if not QUICK else WORKLOADS[:1]
+# Subsets for iterating on a few cells: BENCH_BURST_WORK=long,mix (workload name prefixes),
+# BENCH_BURST_PROCS=4, BENCH_BURST_SCEN=AC,AD,Bstart (of alone,AB,AC,AD,Bstart; skipped = nan).
+if os.environ.get("BENCH_BURST_WORK"):
+    BURST_WORK = [w for w in WORKLOADS if any(w[0].startswith(p) for p in os.environ["BENCH_BURST_WORK"].split(","))]
+BURST_PROCS = [int(n) for n in (os.environ.get("BENCH_BURST_PROCS") or "1,4").split(",")]
+BURST_SCEN = set((os.environ.get("BENCH_BURST_SCEN") or "alone,AB,AC,AD,Bstart").split(","))
+NAN4 = (float("nan"), [], [], 0)
+def burst_cell(name, containers, wargs, **kw):
+    return run_cell(containers, wargs, **kw) if name in BURST_SCEN else [NAN4] * len(containers)
 for wname, wargs in (BURST_WORK if "burst" in SECTIONS else []):
-    for n in (1, 4):
-        (al, _, _, _), = run_cell([(30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
-        (ab_a, _, _, _), (ab_b, _, _, _) = run_cell([(30, n, 100, 0.0), (50, n, 0, 0.0)], wargs, settle=1.0, window=3.0)
-        (ac_a, _, _, _), (ac_c, _, _, _) = run_cell([(30, n, 100, 0.0), (30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
-        (ad_a, _, _, _), (ad_d, _, _, _) = run_cell([(20, n, 100, 0.0), (60, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
-        (bs_a, _, sa, _), (bs_b, _, sb, _) = run_cell([(30, n, 100, 0.0), (50, n, 0, BURST_B_START)], wargs,
-                                                      settle=BURST_B_START, window=1.0, seconds=BURST_T)
+    for n in BURST_PROCS:
+        (al, _, _, _), = burst_cell("alone", [(30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (ab_a, _, _, _), (ab_b, _, _, _) = burst_cell("AB", [(30, n, 100, 0.0), (50, n, 0, 0.0)], wargs, settle=1.0, window=3.0)
+        (ac_a, _, _, _), (ac_c, _, _, _) = burst_cell("AC", [(30, n, 100, 0.0), (30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (ad_a, _, _, _), (ad_d, _, _, _) = burst_cell("AD", [(20, n, 100, 0.0), (60, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (bs_a, _, sa, _), (bs_b, _, sb, _) = burst_cell("Bstart", [(30, n, 100, 0.0), (50, n, 0, BURST_B_START)], wargs,
+                                                        settle=BURST_B_START, window=1.0, seconds=BURST_T)
         yield_ms = next((round((t - BURST_B_START) * 1000) for t, v in sb if t > BURST_B_START and v >= 45.0), None)
         out(f"| {wname} | {n} | {al:.1f} | {ab_a:.1f} / {ab_b:.1f} | {ac_a:.1f} / {ac_c:.1f} (sum {ac_a + ac_c:.1f}) | "
             f"{ad_a:.1f} / {ad_d:.1f} | {bs_b:.1f} / {bs_a:.1f} | {'-' if yield_ms is None else f'{yield_ms} ms'} |")
@@ -247,7 +266,7 @@ for wname, wargs in (BURST_WORK if "burst" in SECTIONS else []):
         csv.append(f"burst,{wname},{n},A+C,{ac_a:.3f}/{ac_c:.3f},,,")
         csv.append(f"burst,{wname},{n},A+D,{ad_a:.3f}/{ad_d:.3f},,,")
         csv.append(f"burst,{wname},{n},B-start,{bs_b:.3f}/{bs_a:.3f},,,{yield_ms}")
-        if wname.startswith("short") and n == 1:
+        if wname.startswith("short") and n == 1 and sa:
             burst_trace = {("A 30/100", 30): sa, ("B 50", 50): sb}
 out()
 

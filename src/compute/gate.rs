@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
 use vgpu_core::limiter::cost::{self, Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
+use vgpu_core::limiter::lowcost;
 use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
@@ -69,15 +70,19 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
     let t0 = mono_ns();
     let mut waited = false;
     let mut first_wait_until = 0u64;
+    let low_tag = lowcost::tag(&sig);
     let (pred, charged) = loop {
         let now = mono_ns();
         // Re-read every round: a live limit change or the burst controller's rate applies to
         // launches already waiting.
         params = c.params(d)?;
         let bucket = Bucket::attach(c.bucket_state(d), params);
+        // The container's lowest cost of this launch shape (`limiter::lowcost`): a cap on
+        // estimates this process has not confirmed yet (or confirmed on a queue).
+        let low = lowcost::lookup(&Words(c.bucket_state(d)).low_costs(), low_tag, now);
         let (pred, k) = {
             let mut ctl = dev.ctl.lock();
-            (ctl.model.predict(sig, now), ctl.corr.k())
+            (ctl.model.predict_low(sig, now, low), ctl.corr.k())
         };
         // One launch of unknown cost in flight per container, too (`cost::claim_first`).
         let gated = pred.unknown && !take_first_gate(c, d, now);

@@ -50,8 +50,14 @@ pub const GROWTH: f64 = 1.0;
 pub const BACKOFF: f64 = 0.8;
 /// Smoothing of the device's busy fraction per step.
 pub const BUSY_SMOOTH: f64 = 0.5;
-/// Smoothing of the others' share per step.
+/// Smoothing of the others' share per step, while it rises ...
 pub const OTHERS_SMOOTH: f64 = 0.3;
+/// ... and while it falls: slowly, so a tenant that runs one long kernel now and then (a 20 %
+/// guarantee with 20 ms kernels: one kernel per 100 ms, most 20 ms spans without it) is still
+/// "there" between its kernels and is not taken for a newcomer when the next one runs (which armed
+/// the hold in a co-burster and kept it at its guarantee for a second). A tenant absent for
+/// ~0.75 s is gone (from a 20 % share to below [`OTHERS_ACTIVE_PPM`]).
+pub const OTHERS_DECAY: f64 = 0.05;
 /// The newcomer hold (armed at the whole device) decays by this fraction of the device per second.
 pub const PEAK_DECAY_PER_S: f64 = 0.5;
 /// The rate stays below `1 − peak + PEAK_SLACK` (never below the limit).
@@ -154,7 +160,8 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let steps = (obs.span_ns as f64 / STEP_NS as f64).clamp(0.25, 4.0);
     // Others' share, smoothed over a few steps (one 20 ms span of long kernels is all or nothing),
     // and its recent peak.
-    let a = (OTHERS_SMOOTH * steps).min(1.0);
+    let rising = obs.others_ppm() > st.others_ppm;
+    let a = (if rising { OTHERS_SMOOTH } else { OTHERS_DECAY } * steps).min(1.0);
     let others = st.others_ppm as f64 + a * (obs.others_ppm() as f64 - st.others_ppm as f64);
     let x = (r - lim.limit_ppm) as f64;
     // Device busy, smoothed: with long kernels a single span is all busy or not at all.
@@ -162,7 +169,12 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     let busy_s = st.busy_ppm as f64 + ab * (obs.busy_ppm() as f64 - st.busy_ppm as f64);
     let busy = busy_s.round() as u64;
     let saturated = busy >= SATURATED_PPM;
-    let others_active = obs.others_ppm() >= OTHERS_ACTIVE_PPM || obs.others_present;
+    // Another tenant is active if it ran in this span or recently (its slowly decaying smoothed
+    // share): one with a small share and long kernels is absent from most 20 ms spans, and a
+    // burster that backed off only in the spans that showed it held the device oversubscribed
+    // (A 20/100 beside D 60/100 with 20 ms kernels: D admitted 97 %, A got 17 % of the FIFO).
+    let others_active =
+        obs.others_ppm() >= OTHERS_ACTIVE_PPM || obs.others_present || others >= OTHERS_ACTIVE_PPM as f64;
     // A tenant that was not there before (a newcomer) on a saturated device: the hold is armed
     // (peak = the whole device, decaying), which takes the rate to the guarantee at once and gives
     // the room back gradually. A newcomer needs it: its first timing samples, queued behind our
@@ -388,6 +400,32 @@ mod tests {
             c = step(c, l, obs(100.0, 30.0));
         }
         assert!(c.rate_ppm - l.limit_ppm < 100, "{c:?}");
+    }
+
+    #[test]
+    fn a_sparse_co_tenant_is_not_a_newcomer() {
+        // A co-burster with 20 ms kernels and a small share: absent from most 20 ms spans.
+        let l = Limits::new(60, 100).unwrap();
+        let mut s = State { others_ppm: 200_000, busy_ppm: PPM, ..rate(750_000) };
+        for _ in 0..6 {
+            s = step(s, l, obs(100.0, 100.0));
+        }
+        assert!(s.others_ppm >= OTHERS_ACTIVE_PPM, "{s:?}");
+        // Between its kernels it still counts as active: the saturated burster backs off.
+        assert!(s.rate_ppm < 750_000, "{s:?}");
+        let before = s.rate_ppm;
+        // Its next kernel runs: no hold, the ordinary back-off.
+        let n = step(s, l, Observation { others_present: true, ..obs(100.0, 0.0) });
+        assert_eq!(n.peak_ppm, 0, "{n:?}");
+        assert!(n.rate_ppm > l.limit_ppm && n.rate_ppm < before, "{n:?}");
+        // Gone for a second: then it is a newcomer again (and meanwhile the burster held, then
+        // grew in the idle spans).
+        for _ in 0..50 {
+            s = step(s, l, obs(100.0, 100.0));
+        }
+        assert!(s.others_ppm < OTHERS_ACTIVE_PPM, "{s:?}");
+        let n = step(s, l, Observation { others_present: true, ..obs(100.0, 99.0) });
+        assert_eq!(n.peak_ppm, PPM, "{n:?}");
     }
 
     /// Two bursting containers with a shared device model (capacity 100 %, each uses its rate

@@ -31,6 +31,7 @@
 //!   n-th of n first samples measured n kernels), and a newcomer beside a burster takes its later
 //!   first samples after the burster has yielded, not behind its queue.
 
+use super::lowcost::Low;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
@@ -69,6 +70,9 @@ pub const EVICT_AGE_NS: u64 = 10_000_000_000;
 /// A claim of the container's first-sample gate lapses after this (a holder that died or whose
 /// kernel runs long does not hold the others' first launches for longer).
 pub const FIRST_GATE_HOLD_NS: u64 = 500_000_000;
+/// A signature is young in a process for this long after its first prediction: the container's
+/// lowest cost of its shape caps even a confirmed estimate ([`super::lowcost`]).
+pub const YOUNG_NS: u64 = 2_000_000_000;
 
 /// Claims the container's first-sample gate (`gate`: a word shared by its processes holding the
 /// current holder's deadline, 0 = free) for a launch of unknown cost at `now`. `Some(token)`: ours
@@ -213,6 +217,11 @@ struct Entry {
     idle_defers: u8,
     /// A first sample (no estimate, no basis for a guess) is in flight.
     first_pending: bool,
+    /// The latest prediction without an estimate had a basis (a confirmed grid of the function or
+    /// the container's lowest cost of the shape).
+    based: bool,
+    /// First prediction (CLOCK_MONOTONIC).
+    born: u64,
 }
 
 /// The prediction for one launch.
@@ -288,6 +297,35 @@ impl CostModel {
         (self.last_estimate, false)
     }
 
+    /// The most an unconfirmed estimate of `sig` is charged: the container's lowest cost of the
+    /// shape, and the per-block time of a confirmed grid of the same function. Samples only
+    /// over-state (queueing adds), so an unconfirmed estimate above either is most likely
+    /// inflated (with mixed kernels a short kernel's first samples queue behind whole long ones:
+    /// 50 µs measured as 8-26 ms). Under-charging is bounded: the confirming sample re-prices the
+    /// whole open account at the process's own estimate.
+    ///
+    /// The container's value also caps this process's *confirmed* estimate while the signature is
+    /// young here (first used < [`YOUNG_NS`] ago): with long kernels × several processes on a
+    /// FIFO device two samples may agree on a queue (20 ms kernels measured 114 and 120 ms, or
+    /// 59 and 60 ms, behind others' work) and confirm an inflated estimate, which re-priced the
+    /// process's account into 100-300 ms of debt. After that the process's own estimate stands,
+    /// so two different kernels of one shape under-charge the slower one for that long at most.
+    fn cap(&self, sig: &Sig, low: Option<Low>, now: u64) -> Option<u64> {
+        let (confirmed, young) =
+            self.map.get(sig).map_or((false, true), |e| (e.est.confirmed(), now.saturating_sub(e.born) < YOUNG_NS));
+        if confirmed {
+            return low.filter(|_| young).map(|l| l.ns);
+        }
+        let pb = match self.guess(sig) {
+            (g, true) => Some(g),
+            _ => None,
+        };
+        match (low.map(|l| l.ns), pb) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn evict(&mut self, now: u64) {
         if self.map.len() < MAX_ENTRIES {
             return;
@@ -305,15 +343,32 @@ impl CostModel {
     /// Prediction for a launch of `sig` at `now`. Nothing is recorded until the launch is
     /// admitted ([`CostModel::admitted`]).
     pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
+        self.predict_low(sig, now, None)
+    }
+
+    /// [`CostModel::predict`] with the container's lowest cost of the launch's shape
+    /// ([`super::lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
+    /// signature without an estimate is guessed at a *confirmed* one (a basis: no first-sample
+    /// wait, no gate).
+    pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
         if !self.map.contains_key(&sig) {
             self.evict(now);
         }
         let gap_ok = now.saturating_sub(self.last_sample_start) >= MIN_SAMPLE_GAP_NS;
-        let (guess, based) = self.guess(&sig);
+        let cap = self.cap(&sig, low, now);
+        let (guess, based) = match (self.guess(&sig), low) {
+            ((g, true), _) => (g, true),
+            (_, Some(l)) if l.confirmed => (l.ns, true),
+            (g, _) => g,
+        };
         let e = self.map.entry(sig).or_default();
+        if e.last_use == 0 {
+            e.born = now;
+        }
         e.last_use = now;
         match e.est.value() {
             Some(v) => {
+                let v = cap.map_or(v, |l| l.min(v));
                 let due = if e.est.count() < WARMUP {
                     true
                 } else {
@@ -328,6 +383,7 @@ impl CostModel {
                 }
             }
             None => {
+                e.based = based;
                 // At most one launch of unknown cost in flight per process: a second unknown
                 // signature also waits for the first one's sample.
                 let wait = !based && (e.pending || (self.unknown_in_flight > 0 && !e.first_pending));
@@ -397,13 +453,20 @@ impl CostModel {
     pub fn sample_started(&mut self, sig: Sig, now: u64) {
         let based = self.guess(&sig).1;
         let e = self.map.entry(sig).or_default();
-        if e.est.value().is_none() && !based && !e.first_pending {
+        if e.est.value().is_none() && !based && !e.based && !e.first_pending {
             e.first_pending = true;
             self.unknown_in_flight += 1;
         }
         e.pending = true;
         e.last_sample_at = now;
         self.last_sample_start = now;
+    }
+
+    /// This process's estimate of `sig` and whether its samples confirm it (what it offers to the
+    /// container's lowest costs, [`super::lowcost::offer`]).
+    pub fn shared_estimate(&self, sig: &Sig) -> Option<(u64, bool)> {
+        let e = self.map.get(sig)?;
+        e.est.value().map(|v| (v, e.est.confirmed()))
     }
 
     /// Is a sample of `sig` in flight?
@@ -425,6 +488,13 @@ impl CostModel {
     /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge the bucket
     /// (ns; negative = refund): the open account re-priced at the new estimate.
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
+        self.sample_done_low(sig, measured_ns, now, None)
+    }
+
+    /// [`CostModel::sample_done`] with the container's lowest cost of the shape: while this
+    /// process's estimate is unconfirmed the account is re-priced at most at that; the confirming
+    /// sample re-prices it at the process's own estimate (so nothing charged too low is lost).
+    pub fn sample_done_low(&mut self, sig: Sig, measured_ns: u64, now: u64, low: Option<Low>) -> i64 {
         let e = self.map.entry(sig).or_default();
         e.pending = false;
         if e.first_pending {
@@ -432,7 +502,11 @@ impl CostModel {
             self.unknown_in_flight = self.unknown_in_flight.saturating_sub(1);
         }
         e.est.push(measured_ns, now);
-        let est = e.est.value().unwrap_or(measured_ns);
+        // After the push: the sample may have confirmed the estimate.
+        let cap = self.cap(&sig, low, now);
+        let e = self.map.entry(sig).or_default();
+        let own = e.est.value().unwrap_or(measured_ns);
+        let est = cap.map_or(own, |l| l.min(own));
         let target = (e.acct_n as u128 * est as u128).min(i64::MAX as u128 / 4) as u64;
         let delta = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
         e.acct_charged = target;
@@ -601,6 +675,89 @@ mod tests {
         // A deadline far in the future (clock went backwards, garbage) does not block either.
         gate.store(u64::MAX, std::sync::atomic::Ordering::Release);
         assert!(claim_first(&gate, 5 * MS).is_some());
+    }
+
+    fn low(ns: u64, confirmed: bool) -> Option<Low> {
+        Some(Low { ns, confirmed })
+    }
+
+    #[test]
+    fn container_low_caps_an_unconfirmed_estimate() {
+        let mut m = CostModel::new();
+        let s = k(20000);
+        let p = m.predict_low(s, MS, None);
+        assert!(p.unknown);
+        m.admitted(s, &p);
+        m.sample_started(s, MS);
+        // The first sample queued behind 40 ms of other processes' work; another process of the
+        // container measured 20 ms (not confirmed yet): the account is re-priced at 20 ms.
+        let d = m.sample_done_low(s, 60 * MS, 70 * MS, low(20 * MS, false));
+        assert_eq!(d, (20 * MS - INITIAL_GUESS_NS) as i64);
+        assert_eq!(m.estimate(&s), Some(60 * MS), "the own estimate is kept");
+        let p = m.predict_low(s, 71 * MS, low(20 * MS, false));
+        assert_eq!(p.cost_ns, 20 * MS);
+        assert_eq!(m.predict_low(s, 71 * MS, None).cost_ns, 60 * MS);
+    }
+
+    #[test]
+    fn only_a_confirmed_container_low_is_a_basis_for_a_first_guess() {
+        let mut m = CostModel::new();
+        let s = k(20000);
+        // A single (maybe inflated) sample elsewhere: still unknown here, the gate applies.
+        let p = m.predict_low(s, MS, low(60 * MS, false));
+        assert!(p.unknown && p.guessed);
+        assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
+        // Confirmed elsewhere: guessed at it, no first-sample wait, no gate.
+        let p = m.predict_low(s, MS, low(20 * MS, true));
+        assert!(p.guessed && !p.unknown && !p.wait_for_first && p.sample);
+        assert_eq!(p.cost_ns, 20 * MS);
+        m.admitted(s, &p);
+        m.sample_started(s, MS);
+        // Its sample in flight does not count as an unknown launch: another unknown kernel of
+        // this process is not held for it.
+        assert!(!m.predict(Sig::kernel(0x2000, [7, 1, 1], [1, 1, 1], 0), 2 * MS).wait_for_first);
+        assert_eq!(m.gate_to_release(), None);
+    }
+
+    #[test]
+    fn a_confirmed_container_low_caps_a_young_estimate_confirmed_on_a_queue() {
+        let mut m = CostModel::new();
+        let s = k(20000);
+        let l = low(20 * MS, true);
+        let mut charged = 0i64;
+        for (i, v) in [114 * MS, 120 * MS].into_iter().enumerate() {
+            let t = (i as u64 + 1) * 200 * MS;
+            let p = m.predict_low(s, t, l);
+            charged += p.cost_ns as i64;
+            m.admitted(s, &p);
+            m.sample_started(s, t);
+            charged += m.sample_done_low(s, v, t + v, l);
+        }
+        // Two samples agree on a 100 ms queue: confirmed here, but young: charged 20 ms each.
+        assert_eq!(charged, 40 * MS as i64);
+        assert_eq!(m.predict_low(s, 500 * MS, l).cost_ns, 20 * MS);
+        // Once the signature is no longer young the process's own estimate stands.
+        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS, l).cost_ns, m.estimate(&s).unwrap());
+    }
+
+    #[test]
+    fn a_lower_container_low_caps_only_while_young() {
+        // Another kernel of the same shape runs 5 ms; ours runs 20 ms.
+        let mut m = CostModel::new();
+        let s = k(20000);
+        let l = low(5 * MS, false);
+        let launch = |m: &mut CostModel, t: u64| -> i64 {
+            let p = m.predict_low(s, t, l);
+            m.admitted(s, &p);
+            m.sample_started(s, t);
+            p.cost_ns as i64 + m.sample_done_low(s, 20 * MS, t + 20 * MS, l)
+        };
+        let young: i64 = (1..=3u64).map(|i| launch(&mut m, i * 30 * MS)).sum();
+        // Young: charged the container's value (the under-charge of the start-up aid) ...
+        assert_eq!(young, 15 * MS as i64);
+        // ... after that the process's own confirmed estimate.
+        assert_eq!(launch(&mut m, 30 * MS + YOUNG_NS), 20 * MS as i64);
+        assert_eq!(m.predict_low(s, 40 * MS + YOUNG_NS, l).cost_ns, 20 * MS);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   shared up to `CUDA_DEVICE_SM_CEILING`).
 //! * [`cost`]: per-signature cost prediction from sparse timing samples, reconciliation of
 //!   guessed charges.
+//! * [`lowcost`]: the container's lowest measured cost per launch shape, shared by its processes
+//!   (a cap on estimates a process has not confirmed yet).
 //! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
 //! * [`feedback`]: HAMi's `utilization_switch` / `recent_kernel` / `last_kernel_time` and the
 //!   `GPU_CORE_UTILIZATION_POLICY` rules.
@@ -20,6 +22,7 @@ pub mod burst;
 pub mod correction;
 pub mod cost;
 pub mod feedback;
+pub mod lowcost;
 pub mod nvmlspan;
 pub mod pidmap;
 pub mod words;

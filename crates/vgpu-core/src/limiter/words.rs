@@ -21,6 +21,7 @@
 //! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
 //! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
 //! | 14 | `first_gate` | CLOCK_MONOTONIC deadline of the process whose launch of unknown cost is in flight (0 = none; [`super::cost::claim_first`]) |
+//! | 15-18 | `low_costs` | the container's lowest measured cost per launch shape, 4 entries (tag 24 bits << 40 \| ns; [`super::lowcost`]) |
 //! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
 //! | 20 | `burst_signals` | burst controller: smoothed others' share, newcomer hold, device busy (3 × 21 bits) |
 //! | 21 | `burst_stamp_us` | burst controller: wall µs of its last step (CAS = leadership) |
@@ -82,6 +83,12 @@ impl<'a> Words<'a> {
     #[inline]
     pub fn first_gate(&self) -> &'a AtomicU64 {
         &self.0.reserved[0]
+    }
+    /// Words 15-18: the container's lowest costs per launch shape.
+    #[inline]
+    pub fn low_costs(&self) -> [&'a AtomicU64; super::lowcost::ENTRIES] {
+        let r = &self.0.reserved;
+        [&r[1], &r[2], &r[3], &r[4]]
     }
 }
 
