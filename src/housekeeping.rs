@@ -4,8 +4,10 @@
 //! [`tick`] runs every [`PERIOD`]; add new periodic checks there. Today it:
 //! - sweeps the slots (and overflow records) of dead processes, so their memory leaves the limit
 //!   check, every process's views and the region the monitor reads within ~1 s of the death,
-//!   without anyone allocating (docs/design.md "Memory ledger"). The scan is lock-free; the container lock is only
-//!   taken, briefly and bounded, when something is to be freed;
+//!   without anyone allocating (docs/design.md "Memory ledger"). One process of the container
+//!   scans per period (`slots::take_scan_turn`, a due time in the extension); the scan is
+//!   lock-free; the container lock is only taken, briefly and bounded, when something is to be
+//!   freed;
 //! - checks that our own slot is still ours (a foreign writer could free it) and re-attaches;
 //! - warns once per device when the container's usage is above a (shrunk) live limit, and
 //!   revokes every lease on a device that is full (docs/design.md "Memory ledger", leases).
@@ -71,6 +73,11 @@ pub fn tick(st: &State) {
 }
 
 fn sweep_dead(st: &State, region: &vgpu_core::regionfile::Region) {
+    // One scan per period for the whole container (each probe is a system call or two per
+    // slot: every process scanning every slot would cost the node n² probes per period).
+    if !slots::take_scan_turn(region, crate::compute::mono_ns(), PERIOD.as_nanos() as u64) {
+        return;
+    }
     let n = region.shared().proc_num.load(Ordering::Relaxed).clamp(0, 1024) as usize;
     let from = CURSOR.fetch_add(FULL_CHECKS_PER_TICK, Ordering::Relaxed) % n.max(1);
     let full = |k: usize| k == usize::MAX || n <= FULL_CHECKS_PER_TICK || (k + n - from) % n < FULL_CHECKS_PER_TICK;

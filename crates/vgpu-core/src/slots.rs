@@ -329,6 +329,25 @@ pub fn has_sweepable_by(region: &Region, self_pid: i32, probe: &dyn Fn(usize, i3
         })
 }
 
+/// Index of `RegionExt::reserved_hdr` holding the container's next scan time.
+pub const SCAN_DUE: usize = 0;
+
+/// Whether this process should run the periodic liveness scan now (`now`: CLOCK_MONOTONIC ns):
+/// one scan per `period` for the whole container, whoever's tick comes first once it is due, so
+/// n processes cost O(n) probes per period instead of O(n²). A due time further ahead than two
+/// periods is garbage (a foreign writer, a clock from another boot) and is taken over. Without an
+/// extension every process scans. A scanner that dies or stops mid-scan delays the next one by
+/// at most a period.
+pub fn take_scan_turn(region: &Region, now: u64, period: u64) -> bool {
+    let Some(ext) = region.ext() else { return true };
+    let w = &ext.reserved_hdr[SCAN_DUE];
+    let due = w.load(Ordering::Relaxed);
+    if now < due && due - now <= 2 * period {
+        return false;
+    }
+    w.compare_exchange(due, now.saturating_add(period), Ordering::Relaxed, Ordering::Relaxed).is_ok()
+}
+
 /// `kill(pid, 0) == ESRCH` only (no `/proc`: misses zombies and recycled pids).
 pub fn is_gone(pid: i32) -> bool {
     pid <= 0
@@ -1288,6 +1307,22 @@ mod tests {
                 b.set(keep);
             });
         });
+    }
+
+    #[test]
+    fn one_liveness_scan_per_period_for_the_container() {
+        let (_p, r) = region("slots-scan-turn");
+        const P: u64 = 250_000_000;
+        let t0 = 5_000_000_000u64;
+        assert!(take_scan_turn(&r, t0, P), "first tick scans");
+        assert!(!take_scan_turn(&r, t0 + 1, P), "another process right after: not its turn");
+        assert!(!take_scan_turn(&r, t0 + P - 1, P));
+        assert!(take_scan_turn(&r, t0 + P, P), "due again after a period");
+        assert!(!take_scan_turn(&r, t0 + P + 10, P));
+        // Garbage far in the future (a foreign writer, another boot's clock) is taken over.
+        r.ext().unwrap().reserved_hdr[SCAN_DUE].store(u64::MAX, Ordering::Relaxed);
+        assert!(take_scan_turn(&r, t0 + 2 * P, P));
+        assert!(!take_scan_turn(&r, t0 + 2 * P + 1, P));
     }
 
     #[test]
