@@ -172,7 +172,14 @@ pub fn run(sc: &Scenario) -> Outcome {
                         present |= b > 0;
                     }
                 }
-                Observation { span_ns: span, device_busy_ns: dev, own_busy_ns: own, others_present: present }
+                let charged_now = std::env::var("VSIM_NO_EFF").is_err().then_some(charged);
+                Observation {
+                    span_ns: span,
+                    device_busy_ns: dev,
+                    own_busy_ns: own,
+                    others_present: present,
+                    charged_now,
+                }
             } else {
                 // Device utilisation (integer percent) and the container's own charges.
                 let dev: u64 = procs.iter().map(|p| busy_in(&p.busy, last, now)).sum();
@@ -181,6 +188,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     device_busy_ns: pct(dev) * span / 100,
                     own_busy_ns: charged.saturating_sub(last_charged),
                     others_present: false,
+                    charged_now: None,
                 }
             };
             tick_state[ci] = (now, charged);
