@@ -372,6 +372,15 @@ pub fn find_slot(region: &Region, pid: i32) -> Option<usize> {
     Some(k)
 }
 
+/// The order free slots are claimed in: even indices first, then odd. A slot is 1 960 bytes, not
+/// a multiple of the 64-byte cache line, so the tail of slot k (its seqlock and in-flight word,
+/// written on every allocation and free) shares a line with the head of slot k+1 (its
+/// `used[0]`); two processes in adjacent slots would bounce that line between their cores on
+/// every allocation. Up to 512 processes no two live slots are adjacent.
+fn claim_order() -> impl Iterator<Item = usize> {
+    (0..MAX_PROCS).step_by(2).chain((1..MAX_PROCS).step_by(2))
+}
+
 /// Attaches `pid` (call once per process, and again in a forked child with its new pid): sweeps,
 /// then resets a live slot that already carries `pid` (a re-attach: its usage is reset —
 /// deliberate fix, the incumbent kept it) or claims the lowest free slot.
@@ -394,7 +403,7 @@ pub fn attach_with(g: &RegionGuard<'_>, pid: i32, start: u64, is_dead: Liveness<
         claim_slot(r, k, pid, start);
         return Ok(AttachInfo { index: k, reused: true, removed });
     }
-    let k = (0..MAX_PROCS).find(|&k| is_free(&r.procs[k])).ok_or(SlotError::TableFull)?;
+    let k = claim_order().find(|&k| is_free(&r.procs[k])).ok_or(SlotError::TableFull)?;
     claim_slot(r, k, pid, start);
     region.slot_hint.store(k, Ordering::Relaxed);
     Ok(AttachInfo { index: k, reused: false, removed })
@@ -864,8 +873,8 @@ mod tests {
         let (_p, r) = region("slots-live");
         {
             let g = r.lock().unwrap();
-            for pid in [101, 102, 103] {
-                attach_with(&g, pid, 1, ALIVE).unwrap();
+            for (k, pid) in [(0, 101), (1, 102), (2, 103)] {
+                claim_slot(&g, k, pid, 1);
             }
         }
         let sh = r.shared();
@@ -905,8 +914,9 @@ mod tests {
             attach_with(&g, 202, 1, ALIVE).unwrap();
         }
         assert!(set_sm_util(&r, 202, 3, 42));
-        assert_eq!(r.shared().procs[1].device_util[3].sm_util.load(Ordering::Relaxed), 42);
-        assert_eq!(r.shared().procs[0].device_util[3].sm_util.load(Ordering::Relaxed), 0);
+        let (k201, k202) = (find_slot(&r, 201).unwrap(), find_slot(&r, 202).unwrap());
+        assert_eq!(r.shared().procs[k202].device_util[3].sm_util.load(Ordering::Relaxed), 42);
+        assert_eq!(r.shared().procs[k201].device_util[3].sm_util.load(Ordering::Relaxed), 0);
         assert!(!set_sm_util(&r, 999, 3, 1), "no slot: nothing written");
         assert!(!set_sm_util(&r, 202, MAX_DEVICES, 1), "device out of range");
     }
@@ -937,8 +947,8 @@ mod tests {
         let (_p, r) = region("slots-holes");
         let dead = |p: i32, _| p >= 9000;
         let g = r.lock().unwrap();
-        for pid in [100, 9001, 102, 9003, 104, 9005] {
-            attach_with(&g, pid, 0, ALIVE).unwrap();
+        for (k, pid) in [100, 9001, 102, 9003, 104, 9005].into_iter().enumerate() {
+            claim_slot(&g, k, pid, 0);
             add_usage_locked(&g, pid, 2, UsageKind::Data, pid as u64).unwrap();
         }
         g.procs[2].status.store(0, Ordering::Relaxed); // 102 exited without the lock
@@ -952,8 +962,8 @@ mod tests {
         assert_eq!(g.procs[1].used[2].total.load(Ordering::Relaxed), 0, "freed slot zeroed");
         assert_eq!(container_usage(&g, 2), 204);
         assert_eq!(container_total(&r, 2), 204);
-        // A newcomer takes the lowest free slot.
-        assert_eq!(attach_with(&g, 7, 0, ALIVE).unwrap().index, 1);
+        // A newcomer takes the lowest free even slot (no two live slots share a cache line).
+        assert_eq!(attach_with(&g, 7, 0, ALIVE).unwrap().index, 2);
         // Our own pid is never freed even if the probe says dead.
         assert_eq!(sweep_locked(&g, 104, &|p, _| p != 7), 1);
         assert_eq!(proc_num(&g), 5);
@@ -961,8 +971,25 @@ mod tests {
         // The last one leaving shrinks proc_num past every trailing hole.
         drop(g);
         assert!(detach(&r, 104));
-        assert_eq!(pn(&r), 2);
-        assert_eq!(find_slot(&r, 7), Some(1));
+        assert_eq!(pn(&r), 3);
+        assert_eq!(find_slot(&r, 7), Some(2));
+    }
+
+    #[test]
+    fn live_slots_are_claimed_apart_so_none_share_a_cache_line() {
+        let (_p, r) = region("slots-apart");
+        let g = r.lock().unwrap();
+        let got: Vec<usize> = (0..3).map(|i| attach_with(&g, 300 + i, 0, ALIVE).unwrap().index).collect();
+        assert_eq!(got, vec![0, 2, 4]);
+        // Lines of adjacent slots overlap (1 960-byte slots); of slots two apart they never do.
+        let line = |k: usize, off: usize| (std::ptr::addr_of!(g.procs[k]) as usize + off) / 64;
+        assert_eq!(line(0, 1936), line(1, 0), "slot 0's seqlock shares a line with slot 1's head");
+        assert!(line(0, 1959) < line(2, 0));
+        // Past 512 processes the odd slots are used too.
+        for i in 3..(MAX_PROCS / 2) as i32 {
+            attach_with(&g, 300 + i, 0, ALIVE).unwrap();
+        }
+        assert_eq!(attach_with(&g, 9, 0, ALIVE).unwrap().index, 1);
     }
 
     #[test]
@@ -995,12 +1022,12 @@ mod tests {
         assert_eq!(s.total.load(Ordering::Relaxed), 0);
         assert_eq!(s.context_size.load(Ordering::Relaxed), 50, "other category untouched");
         add_usage_locked(&g, 2, 0, UsageKind::Data, u64::MAX).unwrap();
-        assert_eq!(g.procs[1].used[0].total.load(Ordering::Relaxed), u64::MAX);
+        assert_eq!(g.procs[find_slot(&r, 2).unwrap()].used[0].total.load(Ordering::Relaxed), u64::MAX);
         assert_eq!(container_usage(&g, 0), u64::MAX);
         assert_eq!(container_total(&r, 0), u64::MAX);
         assert!(matches!(add_usage_locked(&g, 1, 16, UsageKind::Data, 1), Err(SlotError::BadDevice(16))));
         // status 0 slots are not counted.
-        g.procs[1].status.store(0, Ordering::Relaxed);
+        g.procs[find_slot(&r, 2).unwrap()].status.store(0, Ordering::Relaxed);
         assert_eq!(container_usage(&g, 0), 0);
         assert_eq!(container_total(&r, 0), 0);
         assert_eq!(g.procs[0].seqlock.load(Ordering::Relaxed) % 2, 0);
@@ -1329,8 +1356,8 @@ mod tests {
     fn checked_sum_counts_leases_and_pending_but_views_do_not() {
         let (_p, r) = region("slots-lease-sum");
         let g = r.lock().unwrap();
-        for pid in [101, 102] {
-            attach_with(&g, pid, 0, ALIVE).unwrap();
+        for (k, pid) in [(0, 101), (1, 102)] {
+            claim_slot(&g, k, pid, 0);
         }
         add_usage_locked(&g, 101, 2, UsageKind::Data, 1000).unwrap();
         grant_lease(&g.procs[0], 2, 300);
