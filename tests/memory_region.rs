@@ -97,27 +97,29 @@ fn region_fields_the_monitor_reads() {
     // Beyond proc_num: empty.
     assert_eq!((s.slot(1).pid, s.slot(1).status), (0, 0));
 
-    // A second process: the lowest free slot, below proc_num.
+    // A second process: the lowest free even slot (slots are claimed two apart so that no two
+    // share a cache line, docs/design.md "Memory ledger"); slot 1 stays a hole.
     let mut c2 = client(&sb).env("VGPU_SIM_CTX_MIB", 8).spawn();
     c2.ok("init");
     c2.ok("ctx 1");
     c2.ok(&format!("alloc {}", MIB));
     let s = locked_snap(&path);
-    assert_eq!(s.proc_num(), 2);
+    assert_eq!(s.proc_num(), 3);
     let s2 = s.slot_of(c2.pid).expect("second slot");
-    assert_eq!((s2.index, s2.status), (1, 1));
+    assert_eq!((s2.index, s2.status), (2, 1));
+    assert_eq!((s.slot(1).pid, s.slot(1).status), (0, 0), "a hole the monitor skips");
     assert_eq!(s2.used[1].data, MIB, "device 1 usage lands in used[1]");
     assert_eq!(s2.used[0], DevMem::default());
 
     // Exit: the slot is freed in place (pid 0, status 0: a hole the monitor skips); live slots
-    // never move, so the survivor keeps slot 1 and proc_num covers it.
+    // never move, so the survivor keeps slot 2 and proc_num covers it.
     c.exit().code.filter(|&c| c == 0).expect("client 1 exit code");
     let s = locked_snap(&path);
-    assert_eq!(s.proc_num(), 2, "proc_num after one exit: the survivor's slot is still below it");
+    assert_eq!(s.proc_num(), 3, "proc_num after one exit: the survivor's slot is still below it");
     assert_eq!((s.slot(0).pid, s.slot(0).status), (0, 0), "the exited slot is a free hole");
     assert_eq!(s.slot(0).used[0], DevMem::default(), "the hole carries no usage");
-    assert_eq!(s.slot(1).pid, c2.pid as i32, "survivor stays in its slot");
-    assert_eq!(s.slot(1).status, 1);
+    assert_eq!(s.slot(2).pid, c2.pid as i32, "survivor stays in its slot");
+    assert_eq!(s.slot(2).status, 1);
     assert_eq!(s.container_total(0), 0);
     assert_eq!(s.container_total(1), 8 * MIB + MIB);
     c2.exit();
