@@ -147,13 +147,11 @@ pub fn read(ext: &RegionExt) -> Option<Counters> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regionfile::{Region, RegionInit};
-    use crate::testutil::temp_path;
+    use crate::testutil::temp_region;
 
     #[test]
     fn no_data_until_init_then_monotonic() {
-        let p = temp_path("counters");
-        let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, r) = temp_region("counters");
         let ext = r.ext();
         assert!(ext.is_some());
         // Recording before init still counts, but readers say "no data" until the flag is set.
@@ -180,8 +178,7 @@ mod tests {
     #[test]
     fn block_is_the_reserved_tail() {
         // A raw read of the file at FILE_OFFSET sees the flag word.
-        let p = temp_path("counters-raw");
-        let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (p, r) = temp_region("counters-raw");
         init(r.ext());
         record_refusal(r.ext(), 2, 5);
         let b = std::fs::read(&*p).unwrap();

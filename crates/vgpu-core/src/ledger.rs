@@ -617,8 +617,7 @@ impl AllocTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regionfile::RegionInit;
-    use crate::testutil::{fork_child, temp_path, wait_child};
+    use crate::testutil::{fork_child, temp_region, wait_child};
 
     #[test]
     fn local_mode_reserve_commit_rollback() {
@@ -645,8 +644,7 @@ mod tests {
 
     #[test]
     fn shared_mode_counts_container_wide() {
-        let p = temp_path("ledger-shared");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-shared");
         let me = unsafe { libc::getpid() };
         slots::attach(&region, me).unwrap();
         // Another (live) process's usage in the region.
@@ -671,8 +669,7 @@ mod tests {
 
     #[test]
     fn dead_slots_are_reclaimed_before_refusing() {
-        let p = temp_path("ledger-dead");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-dead");
         let me = unsafe { libc::getpid() };
         slots::attach(&region, me).unwrap();
         let (dead, _) = fork_child(|_| {});
@@ -691,8 +688,7 @@ mod tests {
 
     #[test]
     fn no_slot_counts_locally_but_checks_container() {
-        let p = temp_path("ledger-noslot");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-noslot");
         {
             let g = region.lock().unwrap();
             slots::attach_locked(&g, 1).unwrap();
@@ -711,8 +707,7 @@ mod tests {
     /// and no update is lost; the limit holds across threads; the monitor's sum never passes it.
     #[test]
     fn threads_of_one_process_share_the_slot_exactly() {
-        let p = temp_path("ledger-threads");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-threads");
         let me = unsafe { libc::getpid() };
         let (l, err) = Ledger::attach(&region, me);
         assert!(err.is_none() && l.has_slot());
@@ -765,8 +760,7 @@ mod tests {
     /// it (no other slot read) and frees refill it, up to what was granted.
     #[test]
     fn leases_serve_allocations_far_from_the_limit() {
-        let p = temp_path("ledger-lease");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-lease");
         let me = unsafe { libc::getpid() };
         let (l, _) = Ledger::attach(&region, me);
         let Seat::Slot(k) = l.seat() else { panic!("no slot") };
@@ -805,8 +799,7 @@ mod tests {
     /// over revokes the other processes' leases (without the container lock) and checks again.
     #[test]
     fn other_leases_are_revoked_before_refusing() {
-        let p = temp_path("ledger-revoke");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-revoke");
         let me = unsafe { libc::getpid() };
         let (a, _) = Ledger::attach(&region, me);
         let (b, _) = Ledger::attach(&region, 1); // init: always alive
@@ -835,8 +828,7 @@ mod tests {
     /// taken over its limit that way refuses the next allocation of every process.
     #[test]
     fn forced_usage_revokes_every_lease() {
-        let p = temp_path("ledger-force");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-force");
         let (a, _) = Ledger::attach(&region, unsafe { libc::getpid() });
         let (b, _) = Ledger::attach(&region, 1);
         let (Seat::Slot(ka), Seat::Slot(kb)) = (a.seat(), b.seat()) else { panic!("no slots") };
@@ -862,8 +854,7 @@ mod tests {
     /// is checked at the next reservation even with bytes left in the lease.
     #[test]
     fn a_changed_limit_bypasses_the_lease() {
-        let p = temp_path("ledger-lease-limit");
-        let (region, _) = Region::open(&p, &RegionInit::default()).unwrap();
+        let (_p, region) = temp_region("ledger-lease-limit");
         let (l, _) = Ledger::attach(&region, unsafe { libc::getpid() });
         l.reserve(0, 100 * MIB, UsageKind::Data, 1 << 30).unwrap().commit();
         assert!(l.reserve(0, MIB, UsageKind::Data, 100 * MIB).is_err(), "lowered limit: refused");

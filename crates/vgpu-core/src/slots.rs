@@ -853,14 +853,7 @@ pub(crate) fn write_record(o: &OverflowRecord, dev: usize, add: bool, bytes: u64
 mod tests {
     use super::*;
     use crate::ledger::Ledger;
-    use crate::regionfile::RegionInit;
-    use crate::testutil::{fork_child, temp_path, wait_child};
-
-    fn region(name: &str) -> (crate::testutil::TempPath, Region) {
-        let p = temp_path(name);
-        let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
-        (p, r)
-    }
+    use crate::testutil::{fork_child, temp_region as region, wait_child};
 
     fn pn(r: &Region) -> usize {
         proc_num(r.shared())

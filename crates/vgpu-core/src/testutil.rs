@@ -29,6 +29,13 @@ impl Drop for TempPath {
     }
 }
 
+/// A fresh region (default limits) at a [`temp_path`]; keep the path alive as long as the region.
+pub fn temp_region(name: &str) -> (TempPath, crate::regionfile::Region) {
+    let p = temp_path(name);
+    let (r, _) = crate::regionfile::Region::open(&p, &crate::regionfile::RegionInit::default()).unwrap();
+    (p, r)
+}
+
 pub fn temp_path(name: &str) -> TempPath {
     static N: AtomicU32 = AtomicU32::new(0);
     let p = std::env::temp_dir().join(format!(
