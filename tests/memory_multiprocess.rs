@@ -335,12 +335,15 @@ fn stopped_lock_holder_blocks_others_only_for_a_bounded_time() {
         "the lock should still be held by the stopped process"
     );
     cs[holder].signal(libc::SIGCONT);
-    // Once it runs again, everything proceeds.
-    idle.ok(&format!("alloc {}", MIB));
+    // Once it runs again, everything proceeds: the storms finish without errors, then the idle
+    // process allocates. (Not while the storms still hold the container at its limit: there a
+    // 1 MiB request may rightly be refused, or wait out the lock bound behind their near-limit
+    // slow paths, which is not what this test is about.)
     for c in cs.iter_mut() {
         let r = c.reply("storm", Duration::from_secs(10));
         assert_eq!(report(&r).err, 0, "{}", r.line);
     }
+    idle.ok(&format!("alloc {}", MIB));
     for c in cs {
         c.exit();
     }
