@@ -4,7 +4,8 @@
 # SIGKILL storm) and compute (ci/bench_compute.sh: limiter accuracy table, plot, launch overhead).
 #
 #   ci/bench.sh                       both sections
-#   BENCH_MEMORY_ONLY=1 ci/bench.sh   memory only (~2 min on 2 cores)
+#   BENCH_MEMORY_ONLY=1 ci/bench.sh   memory only (~3 min on 2 cores)
+#   BENCH_MEMORY_SECTIONS=paired      only some memory sections (process, paired, syscalls, storm)
 #   BENCH_ROUNDS=7 ALLOC_ITERS=20000 STORM_SECS=2 STORM_ROUNDS=5   (defaults)
 #
 # Memory figures: every configuration runs once per round, without and with the shim back to
@@ -25,6 +26,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 ITERS = int(os.environ.get("ALLOC_ITERS", "20000"))
 STORM_SECS = float(os.environ.get("STORM_SECS", "2"))
 STORM_ROUNDS = int(os.environ.get("STORM_ROUNDS", "5"))
+# Sections of this file to run (all by default): process, paired, syscalls, storm.
+SECTIONS = os.environ.get("BENCH_MEMORY_SECTIONS", "process,paired,syscalls,storm").split(",")
 
 SIM_N = [0]
 
@@ -59,13 +62,6 @@ def run(mode, n, shim):
 # thread, its housekeeping thread): against it the difference is the shim's own per-call cost.
 configs = [("pair", 1), ("pair_t", 1), ("pair", 8), ("pair_t", 8), ("async", 1), ("async_t", 1), ("async", 8),
            ("async_t", 8), ("meminfo", 1), ("meminfo_t", 1), ("ctxdev", 1)]
-res = {c: ([], []) for c in configs}
-for r in range(ROUNDS):
-    for c in configs:
-        # Alternate which runs first.
-        for shim in ((False, True) if r % 2 == 0 else (True, False)):
-            res[c][shim].append(run(*c, shim))
-
 names = {
     "pair": "`cuMemAlloc_v2` + `cuMemFree_v2` (1 MiB) pair",
     "async": "`cuMemAllocAsync` + `cuMemFreeAsync` (1 MiB) pair",
@@ -75,25 +71,78 @@ names = {
     "async_t": "`cuMemAllocAsync` + `cuMemFreeAsync` pair, baseline with one idle thread",
     "ctxdev": "(reference) simulated `cuCtxGetDevice` + `cuCtxGetCurrent`",
 }
-print(f"## Memory: median ns per call, {ROUNDS} interleaved rounds ({ITERS} calls per process per round)")
-print()
-print("| call | processes | without shim | with shim (limit 8g) | added (median) | added (range over rounds) | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for c in configs:
-    b, w = res[c]
-    d = [y - x for x, y in zip(b, w)]
-    mb, mw = statistics.median(b), statistics.median(w)
-    print(f"| {names[c[0]]} | {c[1]} | {mb:.0f} | {mw:.0f} | {statistics.median(d):+.0f} | {min(d):+.0f} … {max(d):+.0f} | {mw / mb:.2f} |")
-print()
-ref = statistics.median(res[("ctxdev", 1)][0])
-print(f"The hooks ask the driver for the current device and context on every allocation (the view for")
-print(f"the device): the simulated driver answers those two queries in {ref:.0f} ns (last row, without the")
-print("shim), which is part of the added time above; a real driver answers them from thread-local state.")
-print("The shim's process has one more thread (housekeeping); the rows \"baseline with one idle thread\"")
-print("compare against no shim plus one sleeping thread, so that difference is the shim's own cost. With")
-print("8 processes on a machine of few cores the processes are time-sliced and the slot words they")
-print("write move between cores: that is part of the 8-process figures, as it would be on a real node.")
-print()
+if "process" in SECTIONS:
+    res = {c: ([], []) for c in configs}
+    for r in range(ROUNDS):
+        for c in configs:
+            # Alternate which runs first.
+            for shim in ((False, True) if r % 2 == 0 else (True, False)):
+                res[c][shim].append(run(*c, shim))
+
+    print(f"## Memory: median ns per call, {ROUNDS} interleaved rounds ({ITERS} calls per process per round)")
+    print()
+    print("| call | processes | without shim | with shim (limit 8g) | added (median) | added (range over rounds) | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for c in configs:
+        b, w = res[c]
+        d = [y - x for x, y in zip(b, w)]
+        mb, mw = statistics.median(b), statistics.median(w)
+        print(f"| {names[c[0]]} | {c[1]} | {mb:.0f} | {mw:.0f} | {statistics.median(d):+.0f} | {min(d):+.0f} … {max(d):+.0f} | {mw / mb:.2f} |")
+    print()
+    ref = statistics.median(res[("ctxdev", 1)][0])
+    print(f"The hooks ask the driver for the current device and context on every allocation (the view for")
+    print(f"the device): the simulated driver answers those two queries in {ref:.0f} ns (last row, without the")
+    print("shim), which is part of the added time above; a real driver answers them from thread-local state.")
+    print("The shim's process has one more thread (housekeeping); the rows \"baseline with one idle thread\"")
+    print("compare against no shim plus one sleeping thread, so that difference is the shim's own cost. With")
+    print("8 processes on a machine of few cores the processes are time-sliced and the slot words they")
+    print("write move between cores: that is part of the 8-process figures, as it would be on a real node.")
+    print()
+
+# ---- the same calls, paired within each process ---------------------------------------------
+# Between two runs this machine drifts by more than the shim costs (the same configuration moves
+# by ±150 ns and more from one run to the next, a 3.5 µs pair by 25 %), so a difference of two
+# runs' medians resolves the shim only roughly. Paired, each process alternates call by call
+# between the function cuGetProcAddress returned (the shim's hook) and the driver's own export
+# (alloc_bench ALLOC_BENCH_PAIRED=1), so both medians come from the same moments and the drift
+# cancels. This is the shim's cost per call on its path; what its process pays besides (its two
+# threads and their periodic NVML work) is in the table above, not here. Without a shim both
+# paths are the same function: that control row shows the method's own error.
+def run_paired(mode, n, shim):
+    e = env(shim, f"paired.{mode}.{n}.cache")
+    e["ALLOC_BENCH_PAIRED"] = "1"
+    if not shim:
+        e["ALLOC_BENCH_IDLE_THREAD"] = "1"
+    ps = [subprocess.Popen([BIN, mode, str(ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    added, direct = [], []
+    for p in ps:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"alloc_bench {mode} (paired) failed ({p.returncode})")
+        h = int(out.split("median_ns=")[1].split()[0])
+        d = int(out.split("direct_median_ns=")[1].split()[0])
+        added.append(h - d)
+        direct.append(d)
+    return sum(added) / n, sum(direct) / n
+
+if "paired" in SECTIONS:
+    paired = [("pair", 1), ("pair", 8), ("async", 1), ("async", 8)]
+    pres = {(c, shim): ([], []) for c in paired for shim in (False, True)}
+    for r in range(ROUNDS):
+        for c in paired:
+            for shim in ((False, True) if r % 2 == 0 else (True, False)):
+                a, d = run_paired(*c, shim)
+                pres[(c, shim)][0].append(a)
+                pres[(c, shim)][1].append(d)
+    print(f"## Memory: added ns per call, paired within each process ({ROUNDS} rounds, {ITERS} calls per path per process)")
+    print()
+    print("| call | processes | driver alone (median) | added by the shim (median) | range over rounds | control: no shim, both paths the driver |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for c in paired:
+        a, d = pres[(c, True)]
+        z, _ = pres[(c, False)]
+        print(f"| {names[c[0]]} | {c[1]} | {statistics.median(d):.0f} | **{statistics.median(a):+.0f}** | {min(a):+.0f} … {max(a):+.0f} | {statistics.median(z):+.0f} ({min(z):+.0f} … {max(z):+.0f}) |")
+    print()
 
 # ---- system calls per call (main thread; the difference of two loop lengths cancels setup) ----
 def syscalls(mode, shim):
@@ -112,22 +161,23 @@ def syscalls(mode, shim):
     keys = set(counts[0]) | set(counts[1])
     return {k: (counts[1].get(k, 0) - counts[0].get(k, 0)) / 10000 for k in keys}
 
-print("## Memory: system calls per call (strace -c of the calling thread, 11 000 − 1 000 calls)")
-print()
-if not shutil.which("strace"):
-    print("strace not installed: skipped")
-else:
-    print("| call | without shim | with shim | added by the shim |")
-    print("|---|---:|---:|---|")
-    for mode in ("pair", "async", "meminfo"):
-        a, b = syscalls(mode, False), syscalls(mode, True)
-        added = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
-        added = {k: v for k, v in added.items() if abs(v) >= 0.001}
-        txt = ", ".join(f"{k} {v:+.3f}" for k, v in sorted(added.items())) or "none"
-        print(f"| {names[mode]} | {sum(a.values()):.2f} | {sum(b.values()):.2f} | {txt} |")
+if "syscalls" in SECTIONS:
+    print("## Memory: system calls per call (strace -c of the calling thread, 11 000 − 1 000 calls)")
     print()
-    print("(The simulated driver's own calls are in both columns.)")
-print()
+    if not shutil.which("strace"):
+        print("strace not installed: skipped")
+    else:
+        print("| call | without shim | with shim | added by the shim |")
+        print("|---|---:|---:|---|")
+        for mode in ("pair", "async", "meminfo"):
+            a, b = syscalls(mode, False), syscalls(mode, True)
+            added = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+            added = {k: v for k, v in added.items() if abs(v) >= 0.001}
+            txt = ", ".join(f"{k} {v:+.3f}" for k, v in sorted(added.items())) or "none"
+            print(f"| {names[mode]} | {sum(a.values()):.2f} | {sum(b.values()):.2f} | {txt} |")
+        print()
+        print("(The simulated driver's own calls are in both columns.)")
+    print()
 
 # ---- SIGKILL storm: 6 allocating processes of one container, one killed every 0.3 s ----------
 def storm(shim, kills, tag, idle_thread=False):
@@ -162,27 +212,28 @@ def storm(shim, kills, tag, idle_thread=False):
 # The machine is shared (other jobs' load moves a window's rate by tens of %): each round runs
 # its four windows back to back, in alternating order, and "kept" is the median over rounds of
 # the ratio within a round, so both sides of a ratio saw nearly the same load.
-kinds = [("base", False, False, False), ("base_t", False, False, True), ("shim", True, False, False), ("kills", True, True, False)]
-rates = {k[0]: [] for k in kinds}
-for r in range(STORM_ROUNDS):
-    for name, shim, kills, idle in (kinds if r % 2 == 0 else kinds[::-1]):
-        rates[name].append(storm(shim, kills, f"{name}{r}", idle_thread=idle)[0])
-med = {k: statistics.median(v) for k, v in rates.items()}
-def kept(a, b="base"):
-    ratios = [100 * x / y for x, y in zip(rates[a], rates[b])]
-    return statistics.median(ratios), ratios
-print(f"## Memory: SIGKILL storm (6 processes of one container, 1 MiB alloc+free pairs, one killed every 0.3 s and restarted; {STORM_SECS:g} s windows, {STORM_ROUNDS} interleaved rounds)")
-print()
-print("| configuration | pairs/s (median) | kept vs no shim, no kills (median of per-round ratios; rounds) |")
-print("|---|---:|---:|")
-print(f"| no shim, no kills | {med['base']:.0f} | 100 % |")
-for name, label in (("base_t", "no shim, no kills, one idle thread per process"), ("shim", "shim, no kills"), ("kills", "shim, one SIGKILL every 0.3 s")):
-    m, rs = kept(name)
-    bold = "**" if name == "kills" else ""
-    print(f"| {label} | {med[name]:.0f} | {bold}{m:.0f} %{bold} ({', '.join(f'{x:.0f}' for x in rs)}) |")
-m, rs = kept("kills", "shim")
-print(f"| (the kills alone: shim with kills vs shim without) | | {m:.0f} % ({', '.join(f'{x:.0f}' for x in rs)}) |")
-print()
+if "storm" in SECTIONS:
+    kinds = [("base", False, False, False), ("base_t", False, False, True), ("shim", True, False, False), ("kills", True, True, False)]
+    rates = {k[0]: [] for k in kinds}
+    for r in range(STORM_ROUNDS):
+        for name, shim, kills, idle in (kinds if r % 2 == 0 else kinds[::-1]):
+            rates[name].append(storm(shim, kills, f"{name}{r}", idle_thread=idle)[0])
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    def kept(a, b="base"):
+        ratios = [100 * x / y for x, y in zip(rates[a], rates[b])]
+        return statistics.median(ratios), ratios
+    print(f"## Memory: SIGKILL storm (6 processes of one container, 1 MiB alloc+free pairs, one killed every 0.3 s and restarted; {STORM_SECS:g} s windows, {STORM_ROUNDS} interleaved rounds)")
+    print()
+    print("| configuration | pairs/s (median) | kept vs no shim, no kills (median of per-round ratios; rounds) |")
+    print("|---|---:|---:|")
+    print(f"| no shim, no kills | {med['base']:.0f} | 100 % |")
+    for name, label in (("base_t", "no shim, no kills, one idle thread per process"), ("shim", "shim, no kills"), ("kills", "shim, one SIGKILL every 0.3 s")):
+        m, rs = kept(name)
+        bold = "**" if name == "kills" else ""
+        print(f"| {label} | {med[name]:.0f} | {bold}{m:.0f} %{bold} ({', '.join(f'{x:.0f}' for x in rs)}) |")
+    m, rs = kept("kills", "shim")
+    print(f"| (the kills alone: shim with kills vs shim without) | | {m:.0f} % ({', '.join(f'{x:.0f}' for x in rs)}) |")
+    print()
 PY
 if [[ -z ${BENCH_MEMORY_ONLY:-} && -x ci/bench_compute.sh ]]; then
   ci/bench_compute.sh

@@ -10,9 +10,20 @@
  * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one thread
  * first that only sleeps, waking every 250 ms (the shim's process has one such thread).
  * ALLOC_BENCH_CAPTURED=1 first begins and ends a capture on a new stream (after which the shim
- * checks every stream-ordered allocation and free for capture). */
+ * checks every stream-ordered allocation and free for capture).
+ * ALLOC_BENCH_PAIRED=1 (pair, async): alternates, call by call, between the functions that
+ * cuGetProcAddress returned (through the shim, when it is loaded) and the driver's own exports
+ * (found in libcuda's ELF symbol table, which no dlsym hook sees), and prints both medians:
+ * median_ns (returned) and direct_median_ns (the driver itself). Both run in the same process at
+ * the same moments, so the machine's drift between runs cancels; without a shim both are the
+ * same function and the difference is the method's own noise. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +52,37 @@ static CUresult (*cuMemFreeAsync)(CUdeviceptr, void *);
 static CUresult (*cuMemGetInfo)(size_t *, size_t *);
 static CUresult (*cuCtxGetDevice)(int *);
 static CUresult (*cuCtxGetCurrent)(void **);
+
+/* The driver's own export `name`: its address from libcuda's .dynsym (file on disk) plus the
+ * load base, so neither dlsym nor cuGetProcAddress (both hooked by the shim) is asked. */
+static const char *lib_name;
+static uintptr_t lib_base;
+static int find_lib(struct dl_phdr_info *i, size_t sz, void *d) {
+    (void)sz; (void)d;
+    if (i->dlpi_name && strstr(i->dlpi_name, "libcuda.so")) { lib_name = i->dlpi_name; lib_base = i->dlpi_addr; return 1; }
+    return 0;
+}
+static void *direct(const char *name) {
+    if (!lib_name) dl_iterate_phdr(find_lib, NULL);
+    int fd = lib_name ? open(lib_name, O_RDONLY) : -1;
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) { fprintf(stderr, "cannot open libcuda for %s\n", name); exit(2); }
+    const unsigned char *f = mmap(NULL, sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)f;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
+    void *found = NULL;
+    for (int k = 0; k < eh->e_shnum && !found; k++) {
+        if (sh[k].sh_type != SHT_DYNSYM) continue;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(f + sh[k].sh_offset);
+        const char *str = (const char *)(f + sh[sh[k].sh_link].sh_offset);
+        for (size_t j = 0; j < sh[k].sh_size / sizeof(Elf64_Sym); j++)
+            if (sym[j].st_value && !strcmp(str + sym[j].st_name, name)) { found = (void *)(lib_base + sym[j].st_value); break; }
+    }
+    munmap((void *)f, sb.st_size);
+    if (!found) { fprintf(stderr, "libcuda exports no %s\n", name); exit(2); }
+    return found;
+}
 
 static int one(int mode) {
     CUdeviceptr d;
@@ -102,6 +144,34 @@ int main(int argc, char **argv) {
     }
     int iters = argc > 2 ? atoi(argv[2]) : 20000;
     int mode = !strcmp(what, "pair") ? 0 : !strcmp(what, "async") ? 1 : !strcmp(what, "meminfo") ? 2 : 3;
+    if (getenv("ALLOC_BENCH_PAIRED") && mode <= 1) {
+        CUresult (*hooked[2])() = {0}, (*own[2])() = {0};
+        hooked[0] = (CUresult (*)())(mode ? (void *)cuMemAllocAsync : (void *)cuMemAlloc);
+        hooked[1] = (CUresult (*)())(mode ? (void *)cuMemFreeAsync : (void *)cuMemFree);
+        own[0] = (CUresult (*)())direct(mode ? "cuMemAllocAsync" : "cuMemAlloc_v2");
+        own[1] = (CUresult (*)())direct(mode ? "cuMemFreeAsync" : "cuMemFree_v2");
+        long long *th = malloc(sizeof(long long) * iters), *td = malloc(sizeof(long long) * iters);
+        for (int i = -iters / 10; i < iters; i++) {
+            for (int via = 0; via < 2; via++) {
+                /* Alternate which goes first, so neither always follows the other. */
+                int use_own = (via ^ (i & 1));
+                void *a = (void *)(use_own ? own[0] : hooked[0]), *b = (void *)(use_own ? own[1] : hooked[1]);
+                CUdeviceptr d;
+                long long t0 = ns();
+                int bad = mode ? (((CUresult (*)(CUdeviceptr *, size_t, void *))a)(&d, 1 << 20, NULL) ||
+                                  ((CUresult (*)(CUdeviceptr, void *))b)(d, NULL))
+                               : (((CUresult (*)(CUdeviceptr *, size_t))a)(&d, 1 << 20) ||
+                                  ((CUresult (*)(CUdeviceptr))b)(d));
+                long long dt = ns() - t0;
+                if (bad) { fprintf(stderr, "%s failed at %d\n", what, i); return 1; }
+                if (i >= 0) (use_own ? td : th)[i] = dt;
+            }
+        }
+        qsort(th, iters, sizeof(long long), cmp);
+        qsort(td, iters, sizeof(long long), cmp);
+        printf("median_ns=%lld p99_ns=%lld direct_median_ns=%lld\n", th[iters / 2], th[iters * 99 / 100], td[iters / 2]);
+        return 0;
+    }
     for (int i = 0; i < iters / 10; i++)
         if (one(mode)) { fprintf(stderr, "%s failed in warm-up\n", what); return 1; }
     long long *t = malloc(sizeof(long long) * iters);
