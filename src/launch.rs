@@ -14,8 +14,10 @@ use crate::hooks::cuda::pfn;
 use std::ffi::{c_uint, c_void};
 use vgpu_core::limiter::cost::Sig;
 
-macro_rules! launch_fn {
-    ($fname:ident, $pfn:ident, $ptsz:expr) => {
+/// The grid launches: `cuLaunchKernel` (with `extra`) and `cuLaunchCooperativeKernel` (without),
+/// each also per-thread-default-stream (`_ptsz`).
+macro_rules! grid_launch_fn {
+    ($fname:ident, $pfn:ident, $ptsz:expr $(, $extra:ident)?) => {
         pub unsafe fn $fname(
             real: pfn::$pfn,
             f: CUfunction,
@@ -28,48 +30,22 @@ macro_rules! launch_fn {
             shmem: c_uint,
             stream: CUstream,
             params: *mut *mut c_void,
-            extra: *mut *mut c_void,
+            $($extra: *mut *mut c_void,)?
         ) -> CUresult {
             if compute::fast() {
-                return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) };
+                return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $extra)?) };
             }
             let t = compute::before(stream, $ptsz, Sig::kernel(f as u64, [gx, gy, gz], [bx, by, bz], shmem));
-            let r = unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) };
+            let r = unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $extra)?) };
             compute::after(t, r);
             r
         }
     };
 }
-launch_fn!(launch_kernel, cuLaunchKernel, false);
-launch_fn!(launch_kernel_ptsz, cuLaunchKernel_ptsz, true);
-
-macro_rules! coop_fn {
-    ($fname:ident, $pfn:ident, $ptsz:expr) => {
-        pub unsafe fn $fname(
-            real: pfn::$pfn,
-            f: CUfunction,
-            gx: c_uint,
-            gy: c_uint,
-            gz: c_uint,
-            bx: c_uint,
-            by: c_uint,
-            bz: c_uint,
-            shmem: c_uint,
-            stream: CUstream,
-            params: *mut *mut c_void,
-        ) -> CUresult {
-            if compute::fast() {
-                return unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) };
-            }
-            let t = compute::before(stream, $ptsz, Sig::kernel(f as u64, [gx, gy, gz], [bx, by, bz], shmem));
-            let r = unsafe { real(f, gx, gy, gz, bx, by, bz, shmem, stream, params) };
-            compute::after(t, r);
-            r
-        }
-    };
-}
-coop_fn!(launch_cooperative, cuLaunchCooperativeKernel, false);
-coop_fn!(launch_cooperative_ptsz, cuLaunchCooperativeKernel_ptsz, true);
+grid_launch_fn!(launch_kernel, cuLaunchKernel, false, extra);
+grid_launch_fn!(launch_kernel_ptsz, cuLaunchKernel_ptsz, true, extra);
+grid_launch_fn!(launch_cooperative, cuLaunchCooperativeKernel, false);
+grid_launch_fn!(launch_cooperative_ptsz, cuLaunchCooperativeKernel_ptsz, true);
 
 /// Signature and stream of a `cuLaunchKernelEx` configuration (None: invalid, let the driver say so).
 fn ex_sig(cfg: *const CUlaunchConfig, f: CUfunction) -> Option<(Sig, CUstream)> {
