@@ -10,8 +10,9 @@
  * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one thread
  * first that only sleeps, waking every 250 ms (the shim's process has one such thread).
  * ALLOC_BENCH_NVML=1 loads and initialises NVML after the context, as the shim's process does
- * (the simulated driver's own allocation path measures ~0.1 µs slower in a process that has the
- * simulated NVML loaded, shim or not: ci/bench.sh).
+ * (the simulated driver's own alloc/free measures ~0.1 µs slower in a process with one more large
+ * mapping, such as simulated NVML's own mapping of the state file, shim or not: docs/design.md,
+ * "Memory ledger", measuring it).
  * ALLOC_BENCH_CAPTURED=1 first begins and ends a capture on a new stream (after which the shim
  * checks every stream-ordered allocation and free for capture).
  * ALLOC_BENCH_PAIRED=1 (pair, async): alternates, call by call, between the functions that
