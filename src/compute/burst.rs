@@ -67,7 +67,20 @@ pub fn tick(c: &Compute, d: usize) {
         }
     };
     let st = match obs {
-        Some(Some(o)) => burst::step(State::load(w), lim, o),
+        Some(Some(o)) => {
+            let n = burst::step(State::load(w), lim, o);
+            crate::debug!(
+                "compute: device {d}: burst t={} span={} busy={} own={} others={} present={} -> {:?}",
+                now_us,
+                o.span_ns / 1000,
+                o.busy_ppm(),
+                o.own_busy_ns * 1_000_000 / o.span_ns.max(1),
+                o.others_ppm(),
+                o.others_present,
+                n
+            );
+            n
+        }
         Some(None) => return, // first span of this sensor: nothing to compare yet
         None => State { rate_ppm: lim.limit_ppm, ..State::load(w) },
     };

@@ -156,6 +156,16 @@ pub fn run(sc: &Scenario) -> Outcome {
         if pi >= TICK && pi != usize::MAX {
             let ci = pi - TICK;
             let (last, last_charged) = tick_state[ci];
+            // VSIM_ALIGN=1: every container's span is the last whole 20 ms cell of a common grid
+            // (identical observations for all; the real sensors cannot do that, see docs/design.md
+            // "Burst": what the span's phase does to the split).
+            let align = std::env::var("VSIM_ALIGN").is_ok();
+            let (last, now) = if align {
+                let e = now / burst::STEP_NS * burst::STEP_NS;
+                (e - burst::STEP_NS, e)
+            } else {
+                (last, now)
+            };
             let span = now - last;
             let pct = |b: u64| -> u64 { if b == 0 { 0 } else { ((b * 100 + span / 2) / span).clamp(1, 100) } };
             let w = Words(&states[ci]);
@@ -173,6 +183,12 @@ pub fn run(sc: &Scenario) -> Outcome {
                     }
                 }
                 let charged_now = std::env::var("VSIM_NO_EFF").is_err().then_some(charged);
+                // VSIM_UNRESOLVED=<container>: its host PIDs never resolve (two containers that start
+                // together on the real simulator), so every busy PID looks foreign to it.
+                let unresolved =
+                    std::env::var("VSIM_UNRESOLVED").ok().and_then(|v| v.parse::<usize>().ok()) == Some(ci);
+                let (own, present, charged_now) =
+                    if unresolved { (0, dev > 0, None) } else { (own, present, charged_now) };
                 Observation {
                     span_ns: span,
                     device_busy_ns: dev,
@@ -196,11 +212,24 @@ pub fn run(sc: &Scenario) -> Outcome {
             let st = burst::step(burst::State::load(w), l, obs);
             burst::publish(w, st);
             if std::env::var("VSIM_BURST").is_ok() {
+                let bal = w.balance_ns().load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+                let qs: Vec<String> = procs
+                    .iter()
+                    .filter(|p| p.container == ci)
+                    .map(|p| {
+                        format!(
+                            "{:.0}{}",
+                            p.stream_tail.saturating_sub(now) as f64 / 1e6,
+                            if p.held.is_some() { "h" } else { "" }
+                        )
+                    })
+                    .collect();
                 println!(
-                    "t={:.3} c{ci} busy={} others={} {st:?}",
+                    "t={:.3} c{ci} busy={} others={} bal={bal:.1} q={} {st:?}",
                     (now - t0) as f64 / 1e9,
                     obs.busy_ppm(),
-                    obs.others_ppm()
+                    obs.others_ppm(),
+                    qs.join(",")
                 );
             }
             q.push(Reverse((now + burst::STEP_NS + rng.range(0, 2 * MS), seq, pi)));
@@ -688,7 +717,7 @@ fn debug_seeds() {
     let mut out = String::new();
     let seeds: Vec<u64> = match std::env::var("SEED") {
         Ok(v) => vec![v.parse().unwrap()],
-        Err(_) => (1..=12).collect(),
+        Err(_) => (1..=std::env::var("SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12)).collect(),
     };
     for seed in seeds {
         let ab = burst_run(&[(30, 100, np), (50, 0, np)], w, true, vec![], 6, seed * 7 + 5);
@@ -717,7 +746,8 @@ fn debug_pair_burst() {
     let seed: u64 = std::env::var("SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(73);
     let la: u64 = std::env::var("LA").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let lb: u64 = std::env::var("LB").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
-    let o = burst_run(&[(la, 100, np), (lb, 100, np)], w, true, vec![], 6, seed);
+    let cb: u64 = std::env::var("CB").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let o = burst_run(&[(la, 100, np), (lb, cb, np)], w, true, vec![], 6, seed);
     println!("share {:?}", o.share);
     println!("  A {:?}", &o.series[0][..40].iter().map(|v| v.round()).collect::<Vec<_>>());
     println!("  B {:?}", &o.series[1][..40].iter().map(|v| v.round()).collect::<Vec<_>>());
