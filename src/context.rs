@@ -80,6 +80,7 @@ pub unsafe fn primary_release(real: pfn::cuDevicePrimaryCtxRelease_v2, dev: CUde
 pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice) -> CUresult {
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS {
+        crate::pidprobe::primary_reset(dev);
         drop_primary(dev, true);
     }
     r

@@ -84,6 +84,7 @@ called! {
     LIBCUDA fn cuDeviceGetDefaultMemPool;
     LIBCUDA fn cuDeviceGetMemPool;
     LIBCUDA fn cuCtxGetLimit;
+    LIBCUDA fn cuDevicePrimaryCtxGetState;
     LIBCUDA fn cuDeviceGetGraphMemAttribute;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
 }

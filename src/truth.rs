@@ -35,6 +35,8 @@ pub struct DevTruth {
     corr: MemCorrelator,
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
+    /// The last-resort host-PID probe (`pidprobe`).
+    probe: crate::pidprobe::Probe,
 }
 
 pub struct Truth {
@@ -258,6 +260,9 @@ pub fn tick() {
             if let Err(why) = reconcile(t, d) {
                 note_no_truth(d, why);
             }
+            // After the correlator's sample, so its next one sees a probe's move.
+            let unresolved = host_pid(d).is_none();
+            t.devs[d].probe.step(d, now, unresolved);
         }
     });
 }

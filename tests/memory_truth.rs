@@ -442,6 +442,40 @@ fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
 }
 
 #[test]
+fn identical_containers_started_together_resolve_through_the_probe() {
+    // Two containers with the same workload, started in the same instant: hidden contexts (no
+    // creation diff), one allocation of the same size each at the same moment (the correlator
+    // matches both PIDs), then nothing. Only the watcher's probe, a block of a size of its own,
+    // tells them apart. Each slot must get its own host PID, and no probe block may stay counted.
+    let sb = Sandbox::new("truth_hostpid_probe");
+    let r1 = sb.region();
+    let r2 = sb.dir.join("region2.cache");
+    let env =
+        [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
+    let mut cs = [(spawn(&sb, &r1, &env), r1.clone()), (spawn(&sb, &r2, &env), r2.clone())];
+    for (c, _) in cs.iter_mut() {
+        c.ok("init");
+        c.ok("hidden 0");
+    }
+    for (c, _) in cs.iter_mut() {
+        c.ok(&format!("alloc {}", 16 * MIB));
+    }
+    let t = wait_for("both slots have their host PID", Duration::from_secs(8), || {
+        cs.iter().all(|(c, r)| Snap::read(r).slot_of(c.pid).is_some_and(|s| s.hostpid != 0))
+    });
+    eprintln!("two identical containers resolved {t:?} after their allocations");
+    for (c, r) in &cs {
+        let s = Snap::read(r).slot_of(c.pid).unwrap();
+        assert_eq!(s.hostpid as u32, c.pid + 100000, "pid {} got another process's host PID", c.pid);
+    }
+    // The probe blocks are freed and uncounted (held 350 ms; allow for the watcher's cadence).
+    for (c, r) in &cs {
+        wait_for("probe block released", Duration::from_secs(3), || slot_mem(r, c.pid).data == 16 * MIB);
+        assert!(driver_used(&sb, c.pid) <= slot_mem(r, c.pid).total + GRANULE, "driver holds more than counted");
+    }
+}
+
+#[test]
 fn host_pid_of_a_visible_context_still_comes_from_the_creation_diff() {
     let sb = Sandbox::new("truth_hostpid_visible");
     let region = sb.region();
