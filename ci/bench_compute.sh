@@ -79,9 +79,13 @@ def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=W
             env.update({"LD_PRELOAD": SHIM, "CUDA_DEVICE_SM_LIMIT": str(limit), "GPU_CORE_UTILIZATION_POLICY": "force"})
         if ceiling:
             env["CUDA_DEVICE_SM_CEILING"] = str(ceiling)
-        for _ in range(n):
+        for k in range(n):
+            # Traced clients log every launch: straight into a file (a pipe read only at the end
+            # fills up and blocks a client with 50 µs kernels within a fraction of a second).
+            trace = os.environ.get("BENCH_TRACE_DIR")
+            err = open(os.path.join(trace, f"cell{cell_no[0]}-c{ci}-{k}.err"), "w") if trace else subprocess.PIPE
             p = subprocess.Popen([CLIENT, "--seconds", f"{seconds - start + 0.3}", "--start-at", str(t0 + int(start * 1e9))] + args,
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 env=env, stdout=subprocess.PIPE, stderr=err, text=True)
             procs.append((ci, p))
     while mono_ns() < t0:
         time.sleep(min(0.05, (t0 - mono_ns()) / 1e9 + 0.001))
@@ -94,9 +98,6 @@ def run_cell(containers, args, extra=None, seconds=None, settle=SETTLE, window=W
         o, e = p.communicate(timeout=120)
         if p.returncode != 0:
             sys.exit(f"client failed ({p.returncode}): {o}\n{e}")
-        if os.environ.get("BENCH_TRACE_DIR"):
-            with open(os.path.join(os.environ["BENCH_TRACE_DIR"], f"cell{cell_no[0]}-c{ci}-{p.pid}.err"), "w") as f:
-                f.write(e)
         kv = dict(l.split("=", 1) for l in o.splitlines() if "=" in l)
         launches[ci] += int(kv.get("launches", 0))
         pids[ci].add(p.pid)
