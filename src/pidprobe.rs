@@ -4,18 +4,20 @@
 //! an answer: their contexts come up in the same instant (the creation diff lists both PIDs), both
 //! saturate the device (the utilisation evidence never sees one idle while the other works) and
 //! their allocations move NVML's figures in step (the memory correlator matches both). Then, while
-//! a device stays active and our host PID unknown for [`AFTER`], the watcher (`truth::tick`, every
+//! a device stays active and our host PID unknown for [`AFTER_NS`], the watcher (`truth::tick`, every
 //! 100 ms while unresolved) allocates a counted block of a size of its own in the device's primary
-//! context, holds it for [`HOLD`] and frees it. Our count moves by exactly that much and so does
+//! context, holds it for [`HOLD_NS`] and frees it. Our count moves by exactly that much and so does
 //! our PID's `usedGpuMemory`, which the memory correlator matches; another container probing at
 //! the same moment most likely drew another size, and its PID gets a strike.
 //!
 //! Bounded: at most [`MAX_PROBES`] per device and process, one held at a time, only with four
-//! times its size free under the limit, only in a primary context that is already active (never
-//! creating one), never on the application's threads. The block is counted like any allocation
-//! (the container limit, the monitor and the views see it for [`HOLD`]); it is not in the
-//! allocation table, so nothing the application frees can match it. A `cuDevicePrimaryCtxReset`
-//! meanwhile destroys it with the context: the probe then only uncounts it.
+//! times its size free under the limit, only while NVML lists per-process figures (not MIG),
+//! only in a primary context that is already active (never creating one), on the watcher thread
+//! (the application's only to free it before a refusal). The block is counted like any allocation (the container limit, the
+//! monitor and the views see it for [`HOLD_NS`]), but an allocation that would be refused frees
+//! it first (`truth::before_refusal`), so it never costs the application one. It is not in the
+//! allocation table, so nothing the application frees can match it. A
+//! `cuDevicePrimaryCtxReset` meanwhile destroys it with the context: the probe then only uncounts it.
 
 use crate::ffi::*;
 use crate::hooks::cuda::real;
@@ -104,6 +106,20 @@ impl Probe {
                 info,
                 "host PID still unresolved on device {d} after {MAX_PROBES} probes: the limiter runs on self-measured time"
             );
+        }
+    }
+}
+
+impl Probe {
+    /// An allocation is about to be refused on region device `d`: free a held block now (on the
+    /// calling thread). True if one was held.
+    pub fn release_now(&mut self, d: usize) -> bool {
+        match self.held.take() {
+            Some(h) => {
+                release(d, h);
+                true
+            }
+            None => false,
         }
     }
 }

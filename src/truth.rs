@@ -37,6 +37,9 @@ pub struct DevTruth {
     last_truth: Option<u64>,
     /// The last-resort host-PID probe (`pidprobe`).
     probe: crate::pidprobe::Probe,
+    /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
+    /// can a probe tell anything.
+    correlatable: bool,
 }
 
 pub struct Truth {
@@ -211,6 +214,7 @@ fn correlate(t: &mut Truth, d: usize) {
     let dt = &mut t.devs[d];
     let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
+    dt.correlatable = !procs.is_empty();
     let oth = compute::watcher::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
@@ -261,7 +265,7 @@ pub fn tick() {
                 note_no_truth(d, why);
             }
             // After the correlator's sample, so its next one sees a probe's move.
-            let unresolved = host_pid(d).is_none();
+            let unresolved = host_pid(d).is_none() && t.devs[d].correlatable;
             t.devs[d].probe.step(d, now, unresolved);
         }
     });
@@ -271,7 +275,12 @@ pub fn tick() {
 /// reconciliation gave bytes back (the caller then checks again).
 pub fn before_refusal(d: usize) -> bool {
     crate::guard::ffi("truth::before_refusal", false, || {
-        with(Some(REFUSAL_WAIT), |t| matches!(reconcile(t, d), Ok(Step::Release(_)))).unwrap_or(false)
+        with(Some(REFUSAL_WAIT), |t| {
+            // A held host-PID probe never costs the application an allocation.
+            let probe_freed = t.devs[d].probe.release_now(d);
+            matches!(reconcile(t, d), Ok(Step::Release(_))) || probe_freed
+        })
+        .unwrap_or(false)
     })
 }
 
