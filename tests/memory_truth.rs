@@ -476,6 +476,45 @@ fn identical_containers_started_together_resolve_through_the_probe() {
 }
 
 #[test]
+fn a_held_probe_block_never_costs_the_application_an_allocation() {
+    // As above, two identical containers; the moment one shows a probe block in its slot, it
+    // fills its limit with 2 MiB allocations. The refusal frees the block first, so the fill
+    // reaches the limit (within one granule). No context cost: a hidden context is charged only
+    // once the host PID is known, which would move the limit under the fill.
+    let sb = Sandbox::new("truth_probe_refusal");
+    let r1 = sb.region();
+    let r2 = sb.dir.join("region2.cache");
+    let limit = 512 * MIB;
+    let env = [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
+        ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
+        ("VGPU_SIM_PID_OFFSET", "100000"),
+        ("VGPU_SIM_CTX_MIB", "0"),
+    ];
+    let mut cs = [(spawn(&sb, &r1, &env), r1.clone()), (spawn(&sb, &r2, &env), r2.clone())];
+    for (c, _) in cs.iter_mut() {
+        c.ok("init");
+        c.ok("hidden 0");
+    }
+    for (c, _) in cs.iter_mut() {
+        c.ok(&format!("alloc {}", 16 * MIB));
+    }
+    let mut probing = None;
+    wait_for("a probe block in a slot", Duration::from_secs(8), || {
+        probing = cs.iter().position(|(c, r)| slot_mem(r, c.pid).data > 16 * MIB);
+        probing.is_some()
+    });
+    let (c, r) = &mut cs[probing.unwrap()];
+    let n = c.val(&format!("fill {}", 2 * MIB), "n") as u64;
+    let filled = 16 * MIB + n * 2 * MIB;
+    assert!(filled + 2 * MIB > limit, "filled to {filled} of {limit}: the probe block took room from the application");
+    std::thread::sleep(Duration::from_millis(600)); // past the block's hold
+    let m = slot_mem(r, c.pid);
+    assert_eq!(m.data, filled, "the probe block is not counted after its release");
+    assert!(m.total <= limit, "over the limit: {}", m.total);
+}
+
+#[test]
 fn host_pid_of_a_visible_context_still_comes_from_the_creation_diff() {
     let sb = Sandbox::new("truth_hostpid_visible");
     let region = sb.region();
