@@ -157,7 +157,7 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
     if limit > 0 && st.ledger.usage(d).saturating_add(bytes.saturating_mul(4)) > limit {
         return Err("not enough room under the limit");
     }
-    let ordinal = ordinal_of(d).ok_or("no CUDA ordinal")?;
+    let ordinal = ordinal_of(d).filter(|&o| (o as usize) < MAX_DEVICES).ok_or("no CUDA ordinal")?;
     let (Some(state_of), Some(retain), Some(alloc)) =
         (crate::driver::cuDevicePrimaryCtxGetState(), real::cuDevicePrimaryCtxRetain(), real::cuMemAlloc_v2())
     else {
@@ -167,7 +167,7 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
     if unsafe { state_of(ordinal, &mut flags, &mut active) } != CUDA_SUCCESS || active == 0 {
         return Err("no active primary context");
     }
-    let resets = RESETS[ordinal as usize % MAX_DEVICES].load(Ordering::Acquire);
+    let resets = RESETS[ordinal as usize].load(Ordering::Acquire);
     let mut ctx: CUcontext = std::ptr::null_mut();
     // The real retain: our hook would count a reference the application does not hold.
     if unsafe { retain(&mut ctx, ordinal) } != CUDA_SUCCESS {
@@ -192,7 +192,7 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
 }
 
 fn release(d: usize, h: Held) {
-    let reset = RESETS[h.ordinal as usize % MAX_DEVICES].load(Ordering::Acquire) != h.resets;
+    let reset = RESETS[h.ordinal as usize].load(Ordering::Acquire) != h.resets;
     if !reset {
         if let Some(free) = real::cuMemFree_v2() {
             in_ctx(h.ctx, || unsafe { free(h.ptr) });
