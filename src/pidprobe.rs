@@ -139,16 +139,20 @@ fn ordinal_of(d: usize) -> Option<CUdevice> {
     map.iter().position(|&r| r == d).map(|o| o as CUdevice)
 }
 
-/// Runs `f` with `ctx` current on this (the watcher's) thread.
+/// Runs `f` with `ctx` current and this thread's stream-capture mode relaxed (the watcher's is
+/// already; an application thread's is not, and a free there while another thread captures in
+/// global mode would be refused and invalidate that capture), then restores both.
 fn in_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
-    let (push, pop) = (crate::driver::cuCtxPushCurrent_v2()?, crate::driver::cuCtxPopCurrent_v2()?);
-    if unsafe { push(ctx) } != CUDA_SUCCESS {
-        return None;
+    let exchange = crate::driver::cuThreadExchangeStreamCaptureMode();
+    let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if let Some(x) = exchange {
+        unsafe { x(&mut mode) };
     }
-    let r = f();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    unsafe { pop(&mut popped) };
-    Some(r)
+    let r = crate::compute::api::with_ctx(ctx, f);
+    if let Some(x) = exchange {
+        unsafe { x(&mut mode) }; // back to the mode it had
+    }
+    r
 }
 
 fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
