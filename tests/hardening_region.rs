@@ -26,11 +26,12 @@ const TWO: &str = r#"
     echo "one: $(cat one.out)"; echo "two: $(cat two.out)"; cat one.err two.err >&2
 "#;
 
-struct Two {
+/// What a script run under the shim printed (its `name: …` lines) and logged.
+struct Script {
     out: Out,
 }
 
-impl Two {
+impl Script {
     fn line(&self, k: &str) -> String {
         self.out
             .stdout
@@ -78,23 +79,31 @@ impl Drop for Fallback {
     }
 }
 
-/// Runs the two-process script (`wrap` + `sh -c script`) with the region at `region`.
-fn run_two(sb: &Sandbox, region: &Path, wrap: &[&str], pre: &str) -> Two {
-    let script = format!("{pre}\n{TWO}");
+/// Runs `wrap` + `sh -c script` under the shim: `$PROG` = `alloc_hold`, a 1 GiB limit, 2 MiB
+/// contexts, plus `env`.
+fn run_script(sb: &Sandbox, wrap: &[&str], script: &str, env: &[(&str, &str)]) -> Script {
     let mut args: Vec<String> = wrap.iter().map(|s| s.to_string()).collect();
-    args.extend(["/bin/sh".into(), "-c".into(), script]);
-    let out = sb
+    args.extend(["/bin/sh".into(), "-c".into(), script.into()]);
+    let mut run = sb
         .run(&args[0])
         .args(&args[1..])
         .shim(true)
         .env("PROG", alloc_hold())
-        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", region)
         .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
         .env("VGPU_SIM_CTX_MIB", "2")
-        .timeout_secs(60)
-        .go();
+        .timeout_secs(60);
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let out = run.go();
     out.ok();
-    Two { out }
+    Script { out }
+}
+
+/// Runs the two-process script (`wrap` + `sh -c script`) with the region at `region`.
+fn run_two(sb: &Sandbox, region: &Path, wrap: &[&str], pre: &str) -> Script {
+    let region = region.to_str().expect("UTF-8 region path");
+    run_script(sb, wrap, &format!("{pre}\n{TWO}"), &[("CUDA_DEVICE_MEMORY_SHARED_CACHE", region)])
 }
 
 fn sh() -> Vec<&'static str> {
@@ -232,19 +241,9 @@ fn deleted_region_keeps_the_container_limit() {
         touch go; wait
         for f in one two three four; do echo "$f: $(cat $f.out)"; done; cat *.err >&2
     "#;
-    let out = sb
-        .run("/bin/sh")
-        .args(["-c", script])
-        .shim(true)
-        .env("PROG", alloc_hold())
-        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
-        .env("VGPU_SIM_CTX_MIB", "2")
-        .timeout_secs(60)
-        .go();
-    out.ok();
-    let line = |k: &str| {
-        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
-    };
+    let t = run_script(&sb, &[], script, &[]);
+    let out = &t.out;
+    let line = |k: &str| t.line(k);
     assert!(line("one:").contains("rc=0 ") && line("two:").contains("rc=0 "), "{}", out.dump());
     assert!(line("three:").contains("rc=2 "), "600 + 300 + 400 MiB > 1 GiB: {}", out.dump());
     assert!(line("four:").contains("rc=0 "), "{}", out.dump());
@@ -274,21 +273,10 @@ fn deleted_region_of_exited_processes_is_not_brought_back() {
         echo "same: $(stat -c %i "$R") $(stat -c %i "$A")"
         for f in one two three four; do echo "$f: $(cat $f.out)"; done; cat *.err >&2
     "#;
-    let out = sb
-        .run("/bin/sh")
-        .args(["-c", script])
-        .shim(true)
-        .env("PROG", alloc_hold())
-        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
-        .env("LIBCUDA_LOG_LEVEL", "3")
-        .env("VGPU_SIM_CTX_MIB", "2")
-        .timeout_secs(60)
-        .go();
-    out.ok();
+    let t = run_script(&sb, &[], script, &[("LIBCUDA_LOG_LEVEL", "3")]);
+    let out = &t.out;
     assert!(!out.stdout.contains("no anchor"), "{}", out.dump());
-    let line = |k: &str| {
-        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
-    };
+    let line = |k: &str| t.line(k);
     let gib3 = format!("total={}", 3u64 << 30);
     assert!(line("one:").contains("rc=0 "), "{}", out.dump());
     for k in ["two:", "three:"] {
@@ -323,20 +311,10 @@ fn region_deleted_with_every_link_is_republished_as_a_copy() {
         touch go; wait
         for f in one two; do echo "$f: $(cat $f.out)"; done; cat *.err >&2
     "#;
-    let out = sb
-        .run("/bin/sh")
-        .args(["-c", script])
-        .shim(true)
-        .env("PROG", alloc_hold())
-        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
-        .env("VGPU_SIM_CTX_MIB", "2")
-        .timeout_secs(60)
-        .go();
-    out.ok();
+    let t = run_script(&sb, &[], script, &[]);
+    let out = &t.out;
     assert!(!out.stdout.contains("no anchor"), "{}", out.dump());
-    let line = |k: &str| {
-        out.stdout.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{k}: {}", out.dump())).to_string()
-    };
+    let line = |k: &str| t.line(k);
     assert!(line("one:").contains("rc=0 "), "{}", out.dump());
     assert!(line("two:").contains("rc=2 "), "the copy carries the 600 MiB: {}", out.dump());
     let copied = out.shim_logs().into_iter().filter(|(_, l, m)| l == "ERROR" && m.contains("published a copy")).count();
