@@ -402,6 +402,42 @@ fn memory_held_out_of_sight_is_reconciled_within_half_a_second() {
 
 // ---- §4: host PID whoever created the context ----------------------------------------------------
 
+/// One client per region in `regions` (several may share one: processes of one container), each
+/// with its context brought up through the hidden path (`init`, `hidden 0`).
+fn hidden_context_clients(sb: &Sandbox, regions: &[&PathBuf], env: &[(&str, &str)]) -> Vec<(Client, PathBuf)> {
+    let mut cs: Vec<(Client, PathBuf)> = regions.iter().map(|r| (spawn(sb, r, env), (*r).clone())).collect();
+    for (c, _) in cs.iter_mut() {
+        c.ok("init");
+        c.ok("hidden 0");
+    }
+    cs
+}
+
+/// Two containers with the same workload started in the same instant: hidden contexts (no
+/// creation diff), then one 16 MiB allocation each at the same moment (the memory correlator
+/// matches both PIDs).
+fn identical_containers(sb: &Sandbox, env: &[(&str, &str)]) -> Vec<(Client, PathBuf)> {
+    let (r1, r2) = (sb.region(), sb.dir.join("region2.cache"));
+    let mut cs = hidden_context_clients(sb, &[&r1, &r2], env);
+    for (c, _) in cs.iter_mut() {
+        c.ok(&format!("alloc {}", 16 * MIB));
+    }
+    cs
+}
+
+fn every_slot_has_a_host_pid(cs: &[(Client, PathBuf)]) -> bool {
+    cs.iter().all(|(c, r)| Snap::read(r).slot_of(c.pid).is_some_and(|s| s.hostpid != 0))
+}
+
+/// Each slot holds its own process's host PID (`VGPU_SIM_PID_OFFSET=100000`).
+#[track_caller]
+fn assert_own_host_pids(cs: &[(Client, PathBuf)]) {
+    for (c, r) in cs {
+        let s = Snap::read(r).slot_of(c.pid).unwrap();
+        assert_eq!(s.hostpid as u32, c.pid + 100000, "pid {} got another process's host PID", c.pid);
+    }
+}
+
 #[test]
 fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
     let sb = Sandbox::new("truth_hostpid");
@@ -409,15 +445,7 @@ fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
     let r2 = sb.dir.join("region2.cache");
     let env =
         [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
-    let mut cs: Vec<(Client, PathBuf)> = vec![
-        (spawn(&sb, &r1, &env), r1.clone()),
-        (spawn(&sb, &r1, &env), r1.clone()),
-        (spawn(&sb, &r2, &env), r2.clone()),
-    ];
-    for (c, _) in cs.iter_mut() {
-        c.ok("init");
-        c.ok("hidden 0");
-    }
+    let mut cs = hidden_context_clients(&sb, &[&r1, &r1, &r2], &env);
     // Every process allocates at the same moment, with sizes of its own.
     let t0 = Instant::now();
     for (i, (c, _)) in cs.iter_mut().enumerate() {
@@ -432,42 +460,23 @@ fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
                 c.ok(&format!("alloc {}", (4 + 4 * i as u64) * MIB));
             }
         }
-        cs.iter().all(|(c, r)| Snap::read(r).slot_of(c.pid).is_some_and(|s| s.hostpid != 0))
+        every_slot_has_a_host_pid(&cs)
     });
     eprintln!("three hidden-context processes resolved {t:?} after their first allocation");
-    for (c, r) in &cs {
-        let s = Snap::read(r).slot_of(c.pid).unwrap();
-        assert_eq!(s.hostpid as u32, c.pid + 100000, "pid {} got another process's host PID", c.pid);
-    }
+    assert_own_host_pids(&cs);
 }
 
 #[test]
 fn identical_containers_started_together_resolve_through_the_probe() {
-    // Two containers with the same workload, started in the same instant: hidden contexts (no
-    // creation diff), one allocation of the same size each at the same moment (the correlator
-    // matches both PIDs), then nothing. Only the watcher's probe, a block of a size of its own,
-    // tells them apart. Each slot must get its own host PID, and no probe block may stay counted.
+    // Two identical containers, then nothing: only the watcher's probe, a block of a size of its
+    // own, tells them apart. Each slot must get its own host PID, and no probe block may stay counted.
     let sb = Sandbox::new("truth_hostpid_probe");
-    let r1 = sb.region();
-    let r2 = sb.dir.join("region2.cache");
     let env =
         [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
-    let mut cs = [(spawn(&sb, &r1, &env), r1.clone()), (spawn(&sb, &r2, &env), r2.clone())];
-    for (c, _) in cs.iter_mut() {
-        c.ok("init");
-        c.ok("hidden 0");
-    }
-    for (c, _) in cs.iter_mut() {
-        c.ok(&format!("alloc {}", 16 * MIB));
-    }
-    let t = wait_for("both slots have their host PID", Duration::from_secs(8), || {
-        cs.iter().all(|(c, r)| Snap::read(r).slot_of(c.pid).is_some_and(|s| s.hostpid != 0))
-    });
+    let cs = identical_containers(&sb, &env);
+    let t = wait_for("both slots have their host PID", Duration::from_secs(8), || every_slot_has_a_host_pid(&cs));
     eprintln!("two identical containers resolved {t:?} after their allocations");
-    for (c, r) in &cs {
-        let s = Snap::read(r).slot_of(c.pid).unwrap();
-        assert_eq!(s.hostpid as u32, c.pid + 100000, "pid {} got another process's host PID", c.pid);
-    }
+    assert_own_host_pids(&cs);
     // The probe blocks are freed and uncounted (held 350 ms; allow for the watcher's cadence).
     for (c, r) in &cs {
         wait_for("probe block released", Duration::from_secs(3), || slot_mem(r, c.pid).data == 16 * MIB);
@@ -482,8 +491,6 @@ fn a_held_probe_block_never_costs_the_application_an_allocation() {
     // reaches the limit (within one granule). No context cost: a hidden context is charged only
     // once the host PID is known, which would move the limit under the fill.
     let sb = Sandbox::new("truth_probe_refusal");
-    let r1 = sb.region();
-    let r2 = sb.dir.join("region2.cache");
     let limit = 512 * MIB;
     let env = [
         ("CUDA_DEVICE_MEMORY_LIMIT", "512m"),
@@ -491,14 +498,7 @@ fn a_held_probe_block_never_costs_the_application_an_allocation() {
         ("VGPU_SIM_PID_OFFSET", "100000"),
         ("VGPU_SIM_CTX_MIB", "0"),
     ];
-    let mut cs = [(spawn(&sb, &r1, &env), r1.clone()), (spawn(&sb, &r2, &env), r2.clone())];
-    for (c, _) in cs.iter_mut() {
-        c.ok("init");
-        c.ok("hidden 0");
-    }
-    for (c, _) in cs.iter_mut() {
-        c.ok(&format!("alloc {}", 16 * MIB));
-    }
+    let mut cs = identical_containers(&sb, &env);
     let mut probing = None;
     wait_for("a probe block in a slot", Duration::from_secs(8), || {
         probing = cs.iter().position(|(c, r)| slot_mem(r, c.pid).data > 16 * MIB);
