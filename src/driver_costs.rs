@@ -385,8 +385,7 @@ pub fn tick(d: usize) {
         return;
     }
     let st = state::get();
-    let ordinals: Vec<CUdevice> =
-        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    let ordinals: Vec<CUdevice> = st.devices().ordinals_of(d);
     for o in ordinals {
         sync_pool(o);
     }
@@ -456,8 +455,7 @@ fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
 /// pool of each CUDA ordinal mapped to `d`, and the pools the application created there.
 pub fn pool_slack(d: usize) -> u64 {
     let st = state::get();
-    let ordinals: Vec<CUdevice> =
-        st.devices().cuda_to_region.iter().enumerate().filter(|e| *e.1 == d).map(|e| e.0 as CUdevice).collect();
+    let ordinals: Vec<CUdevice> = st.devices().ordinals_of(d);
     let mut pools: Vec<u64> = POOLS.lock().iter().filter(|e| ordinals.contains(&e.1)).map(|e| e.0).collect();
     for &o in &ordinals {
         for get in [driver::cuDeviceGetDefaultMemPool(), driver::cuDeviceGetMemPool()].into_iter().flatten() {

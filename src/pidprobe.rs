@@ -133,12 +133,6 @@ fn draw(now: u64) -> usize {
     (z ^ (z >> 31)) as usize
 }
 
-/// The first CUDA ordinal of region device `d`.
-fn ordinal_of(d: usize) -> Option<CUdevice> {
-    let map = &state::get().devices().cuda_to_region;
-    map.iter().position(|&r| r == d).map(|o| o as CUdevice)
-}
-
 /// Runs `f` with `ctx` current and this thread's stream-capture mode relaxed (the watcher's is
 /// already; an application thread's is not, and a free there while another thread captures in
 /// global mode would be refused and invalidate that capture), then restores both.
@@ -161,7 +155,8 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
     if limit > 0 && st.ledger.usage(d).saturating_add(bytes.saturating_mul(4)) > limit {
         return Err("not enough room under the limit");
     }
-    let ordinal = ordinal_of(d).filter(|&o| (o as usize) < MAX_DEVICES).ok_or("no CUDA ordinal")?;
+    let first = st.devices().ordinals_of(d).first().copied();
+    let ordinal = first.filter(|&o| (o as usize) < MAX_DEVICES).ok_or("no CUDA ordinal")?;
     let (Some(state_of), Some(retain), Some(alloc)) =
         (crate::driver::cuDevicePrimaryCtxGetState(), real::cuDevicePrimaryCtxRetain(), real::cuMemAlloc_v2())
     else {

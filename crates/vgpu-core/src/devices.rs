@@ -25,6 +25,11 @@ impl DeviceMap {
             .and_then(|o| self.cuda_to_region.get(o).copied())
             .unwrap_or_else(|| (ordinal.max(0) as usize).min(MAX_DEVICES - 1))
     }
+
+    /// The CUDA ordinals mapped to region index `d`, in order.
+    pub fn ordinals_of(&self, d: usize) -> Vec<i32> {
+        self.cuda_to_region.iter().enumerate().filter(|&(_, &r)| r == d).map(|(o, _)| o as i32).collect()
+    }
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML spells a CUDA UUID.
@@ -88,6 +93,14 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn ordinals_of_a_region_index() {
+        let m = DeviceMap { cuda_to_region: vec![2, 0, 2], region_uuids: Vec::new() };
+        assert_eq!(m.ordinals_of(2), vec![0, 2]);
+        assert_eq!(m.ordinals_of(0), vec![1]);
+        assert!(m.ordinals_of(1).is_empty());
     }
 
     #[test]
