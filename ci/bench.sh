@@ -43,6 +43,17 @@ def env(shim, cache="bench.cache", fresh_sim=True):
         e.update(LD_PRELOAD=SHIM, CUDA_DEVICE_MEMORY_LIMIT="8g", CUDA_DEVICE_MEMORY_SHARED_CACHE=f"{WORK}/{cache}")
     return e
 
+def outputs(mode, n, e):
+    """Runs `n` alloc_bench processes of `mode` at once; their `key=value` outputs."""
+    ps = [subprocess.Popen([BIN, mode, str(ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    res = []
+    for p in ps:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"alloc_bench {mode} failed ({p.returncode})")
+        res.append({k: int(v) for k, v in (f.split("=") for f in out.split())})
+    return res
+
 def run(mode, n, shim):
     e = env(shim, f"{mode}.{n}.cache")
     if mode.endswith("_t"):
@@ -50,13 +61,7 @@ def run(mode, n, shim):
         if not shim:
             e["ALLOC_BENCH_IDLE_THREAD"] = "1"
             e["ALLOC_BENCH_NVML"] = "1"
-    ps = [subprocess.Popen([BIN, mode, str(ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
-    meds = []
-    for p in ps:
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            raise SystemExit(f"alloc_bench {mode} failed ({p.returncode})")
-        meds.append(int(out.split("median_ns=")[1].split()[0]))
+    meds = [o["median_ns"] for o in outputs(mode, n, e)]
     return sum(meds) / len(meds)
 
 # "_t": the baseline runs in the shim's environment: one idle thread per process (the shim's
@@ -118,17 +123,9 @@ def run_paired(mode, n, shim):
     e["ALLOC_BENCH_PAIRED"] = "1"
     if not shim:
         e["ALLOC_BENCH_IDLE_THREAD"] = "1"
-    ps = [subprocess.Popen([BIN, mode, str(ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
-    added, direct = [], []
-    for p in ps:
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            raise SystemExit(f"alloc_bench {mode} (paired) failed ({p.returncode})")
-        h = int(out.split("median_ns=")[1].split()[0])
-        d = int(out.split("direct_median_ns=")[1].split()[0])
-        added.append(h - d)
-        direct.append(d)
-    return sum(added) / n, sum(direct) / n
+    outs = outputs(mode, n, e)
+    added = [o["median_ns"] - o["direct_median_ns"] for o in outs]
+    return sum(added) / n, sum(o["direct_median_ns"] for o in outs) / n
 
 if "paired" in SECTIONS:
     paired = [("pair", 1), ("pair", 8), ("async", 1), ("async", 8)]
