@@ -49,10 +49,16 @@ static void *get(const char *n, int v) {
 static long long ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
 static int cmp(const void *a, const void *b) { long long x = *(const long long *)a, y = *(const long long *)b; return (x > y) - (x < y); }
 
-static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
-static CUresult (*cuMemFree)(CUdeviceptr);
-static CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, void *);
-static CUresult (*cuMemFreeAsync)(CUdeviceptr, void *);
+/* The measured pairs' functions: as cuGetProcAddress returned them (`hooked`), and the driver's
+ * own exports (`own`, paired mode). `via` is the set `one` calls. */
+struct mem_api {
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, void *);
+    CUresult (*free_async)(CUdeviceptr, void *);
+};
+static struct mem_api hooked, own;
+static const struct mem_api *via = &hooked;
 static CUresult (*cuMemGetInfo)(size_t *, size_t *);
 static CUresult (*cuCtxGetDevice)(int *);
 static CUresult (*cuCtxGetCurrent)(void **);
@@ -92,8 +98,8 @@ static int one(int mode) {
     CUdeviceptr d;
     size_t f, t;
     switch (mode) {
-    case 0: return cuMemAlloc(&d, 1 << 20) || cuMemFree(d);
-    case 1: return cuMemAllocAsync(&d, 1 << 20, NULL) || cuMemFreeAsync(d, NULL);
+    case 0: return via->alloc(&d, 1 << 20) || via->free(d);
+    case 1: return via->alloc_async(&d, 1 << 20, NULL) || via->free_async(d, NULL);
     case 2: return cuMemGetInfo(&f, &t);
     default: { int dev; void *c; return cuCtxGetDevice(&dev) || cuCtxGetCurrent(&c); }
     }
@@ -115,10 +121,10 @@ int main(int argc, char **argv) {
     CUresult (*cuInit)(unsigned) = get("cuInit", 2000);
     CUresult (*cuRetain)(void **, int) = get("cuDevicePrimaryCtxRetain", 7000);
     CUresult (*cuSetCur)(void *) = get("cuCtxSetCurrent", 4000);
-    cuMemAlloc = get("cuMemAlloc", 3020);
-    cuMemFree = get("cuMemFree", 3020);
-    cuMemAllocAsync = get("cuMemAllocAsync", 11020);
-    cuMemFreeAsync = get("cuMemFreeAsync", 11020);
+    hooked.alloc = get("cuMemAlloc", 3020);
+    hooked.free = get("cuMemFree", 3020);
+    hooked.alloc_async = get("cuMemAllocAsync", 11020);
+    hooked.free_async = get("cuMemFreeAsync", 11020);
     cuMemGetInfo = get("cuMemGetInfo", 3020);
     cuCtxGetDevice = get("cuCtxGetDevice", 2000);
     cuCtxGetCurrent = get("cuCtxGetCurrent", 4000);
@@ -154,26 +160,19 @@ int main(int argc, char **argv) {
     int iters = argc > 2 ? atoi(argv[2]) : 20000;
     int mode = !strcmp(what, "pair") ? 0 : !strcmp(what, "async") ? 1 : !strcmp(what, "meminfo") ? 2 : 3;
     if (getenv("ALLOC_BENCH_PAIRED") && mode <= 1) {
-        CUresult (*hooked[2])() = {0}, (*own[2])() = {0};
-        hooked[0] = (CUresult (*)())(mode ? (void *)cuMemAllocAsync : (void *)cuMemAlloc);
-        hooked[1] = (CUresult (*)())(mode ? (void *)cuMemFreeAsync : (void *)cuMemFree);
-        own[0] = (CUresult (*)())direct(mode ? "cuMemAllocAsync" : "cuMemAlloc_v2");
-        own[1] = (CUresult (*)())direct(mode ? "cuMemFreeAsync" : "cuMemFree_v2");
+        own.alloc = direct("cuMemAlloc_v2");
+        own.free = direct("cuMemFree_v2");
+        own.alloc_async = direct("cuMemAllocAsync");
+        own.free_async = direct("cuMemFreeAsync");
         long long *th = malloc(sizeof(long long) * iters), *td = malloc(sizeof(long long) * iters);
         for (int i = -iters / 10; i < iters; i++) {
-            for (int via = 0; via < 2; via++) {
+            for (int k = 0; k < 2; k++) {
                 /* Alternate which goes first, so neither always follows the other. */
-                int use_own = (via ^ (i & 1));
-                void *a = (void *)(use_own ? own[0] : hooked[0]), *b = (void *)(use_own ? own[1] : hooked[1]);
-                CUdeviceptr d;
+                int use_own = k ^ (i & 1);
+                via = use_own ? &own : &hooked;
                 long long t0 = ns();
-                int bad = mode ? (((CUresult (*)(CUdeviceptr *, size_t, void *))a)(&d, 1 << 20, NULL) ||
-                                  ((CUresult (*)(CUdeviceptr, void *))b)(d, NULL))
-                               : (((CUresult (*)(CUdeviceptr *, size_t))a)(&d, 1 << 20) ||
-                                  ((CUresult (*)(CUdeviceptr))b)(d));
-                long long dt = ns() - t0;
-                if (bad) { fprintf(stderr, "%s failed at %d\n", what, i); return 1; }
-                if (i >= 0) (use_own ? td : th)[i] = dt;
+                if (one(mode)) { fprintf(stderr, "%s failed at %d\n", what, i); return 1; }
+                if (i >= 0) (use_own ? td : th)[i] = ns() - t0;
             }
         }
         qsort(th, iters, sizeof(long long), cmp);
