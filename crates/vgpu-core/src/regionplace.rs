@@ -531,7 +531,7 @@ pub fn open_placed(configured: &Path, init: &RegionInit, fallbacks: &[PathBuf], 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::temp_path;
+    use crate::testutil::{region_in_new_dir, temp_path};
 
     #[test]
     fn anchor_names_stay_out_of_the_monitors_patterns() {
@@ -549,9 +549,7 @@ mod tests {
 
     #[test]
     fn deleted_region_is_relinked_by_a_live_process_and_by_the_next_opener() {
-        let dir = temp_path("place-del");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (_dir, p) = region_in_new_dir("place-del");
         let (r, _) = Region::open(&p, &RegionInit::default()).unwrap();
         assert!(anchor_path(&p).exists(), "anchor made at creation");
         assert_eq!(r.republish(), Published::Yes);
@@ -649,7 +647,7 @@ mod tests {
 #[cfg(test)]
 mod anchor_tests {
     use super::*;
-    use crate::testutil::{fork_child, temp_path, wait_child};
+    use crate::testutil::{fork_child, region_in_new_dir, temp_path, wait_child};
     use std::os::unix::fs::MetadataExt;
 
     fn limit_init(bytes: u64) -> RegionInit {
@@ -706,9 +704,7 @@ mod anchor_tests {
     /// fresh region with its own limits, not the dead region back from the anchor.
     #[test]
     fn deleted_region_of_dead_processes_is_not_brought_back() {
-        let dir = temp_path("anchor-dead");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (dir, p) = region_in_new_dir("anchor-dead");
         let (old, rep) = Region::open(&p, &limit_init(8 << 30)).unwrap();
         assert!(rep.created && rep.notes.is_empty());
         let child = live_child(&p);
@@ -742,9 +738,7 @@ mod anchor_tests {
     /// dead, as for the sweep: e.g. a new container whose pids repeat the old one's.
     #[test]
     fn recycled_pid_in_the_anchored_region_does_not_count() {
-        let dir = temp_path("anchor-recycled");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (_dir, p) = region_in_new_dir("anchor-recycled");
         let (old, _) = Region::open(&p, &limit_init(1 << 30)).unwrap();
         let me = unsafe { libc::getpid() };
         let real = crate::slots::proc_start_time(me).expect("/proc/self/stat");
@@ -762,9 +756,7 @@ mod anchor_tests {
     /// the same inode and its limits, as before.
     #[test]
     fn deleted_region_in_use_is_linked_back_with_its_limits() {
-        let dir = temp_path("anchor-live");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (_dir, p) = region_in_new_dir("anchor-live");
         let (old, _) = Region::open(&p, &limit_init(8 << 30)).unwrap();
         let me = unsafe { libc::getpid() };
         crate::slots::attach(&old, me).unwrap();
@@ -783,9 +775,7 @@ mod anchor_tests {
     /// region in use.
     #[test]
     fn live_overflow_record_keeps_a_deleted_region() {
-        let dir = temp_path("anchor-overflow");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (_dir, p) = region_in_new_dir("anchor-overflow");
         let (old, _) = Region::open(&p, &limit_init(5 << 30)).unwrap();
         let q = p.clone();
         let (child, rx) = fork_child(move |tx| {
@@ -814,9 +804,7 @@ mod anchor_tests {
     /// is never linked back: a fresh region, one note, and the anchor names it afterwards.
     #[test]
     fn corrupt_anchor_gives_a_fresh_region() {
-        let dir = temp_path("anchor-corrupt");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (dir, p) = region_in_new_dir("anchor-corrupt");
         let mut wrong_version = vec![0u8; crate::region::FILE_SIZE];
         wrong_version[0..4].copy_from_slice(&crate::region::REGION_MAGIC.to_le_bytes());
         wrong_version[4..8].copy_from_slice(&2u32.to_le_bytes());
@@ -845,9 +833,7 @@ mod anchor_tests {
     /// Several new processes starting together after a reset end in one fresh region.
     #[test]
     fn simultaneous_openers_of_a_stale_anchor_share_one_fresh_region() {
-        let dir = temp_path("anchor-race");
-        std::fs::create_dir(&*dir).unwrap();
-        let p = dir.join("r.cache");
+        let (dir, p) = region_in_new_dir("anchor-race");
         for round in 0..5 {
             let (old, _) = Region::open(&p, &limit_init(8 << 30)).unwrap();
             let child = live_child(&p);

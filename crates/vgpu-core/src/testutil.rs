@@ -36,6 +36,14 @@ pub fn temp_region(name: &str) -> (TempPath, crate::regionfile::Region) {
     (p, r)
 }
 
+/// A fresh directory at a [`temp_path`] (removed with it) and the region path `r.cache` in it.
+pub fn region_in_new_dir(name: &str) -> (TempPath, std::path::PathBuf) {
+    let dir = temp_path(name);
+    std::fs::create_dir(&*dir).unwrap();
+    let p = dir.join("r.cache");
+    (dir, p)
+}
+
 pub fn temp_path(name: &str) -> TempPath {
     static N: AtomicU32 = AtomicU32::new(0);
     let p = std::env::temp_dir().join(format!(
