@@ -233,9 +233,12 @@ out()
 # ---- burst: the limit as a guarantee, idle time up to CUDA_DEVICE_SM_CEILING ----------------
 burst_trace = {}
 BURST_T, BURST_B_START = 4.0, 1.5
+# The steady-state rows use the main matrix's 5 s window: with 20 ms kernels a pair's split wanders by
+# a few points over a second or two (docs/design.md "Burst": what spreads the split).
+BURST_WINDOW = float(os.environ.get("BENCH_BURST_WINDOW") or 5.0)
 out("### Burst: limit = guarantee, idle time shared up to the ceiling (separate containers)")
 out()
-out("Share over 1-4 s after a common start (B-start: B's first second after it starts, and the time until B's")
+out(f"Share over 1-{1 + BURST_WINDOW:.0f} s after a common start (B-start: B's first second after it starts, and the time until B's")
 out("100 ms share first reaches 45 %). Targets: alone >= 90; A+B: B >= 48, A 28-52; A+C: 50 +- 5 each, sum >= 92;")
 out("A+D: 25 +- 5 / 75 +- 5; B-start: B's first second >= 45.")
 out()
@@ -253,10 +256,10 @@ def burst_cell(name, containers, wargs, **kw):
     return run_cell(containers, wargs, **kw) if name in BURST_SCEN else [NAN4] * len(containers)
 for wname, wargs in (BURST_WORK if "burst" in SECTIONS else []):
     for n in BURST_PROCS:
-        (al, _, _, _), = burst_cell("alone", [(30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
-        (ab_a, _, _, _), (ab_b, _, _, _) = burst_cell("AB", [(30, n, 100, 0.0), (50, n, 0, 0.0)], wargs, settle=1.0, window=3.0)
-        (ac_a, _, _, _), (ac_c, _, _, _) = burst_cell("AC", [(30, n, 100, 0.0), (30, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
-        (ad_a, _, _, _), (ad_d, _, _, _) = burst_cell("AD", [(20, n, 100, 0.0), (60, n, 100, 0.0)], wargs, settle=1.0, window=3.0)
+        (al, _, _, _), = burst_cell("alone", [(30, n, 100, 0.0)], wargs, settle=1.0, window=BURST_WINDOW)
+        (ab_a, _, _, _), (ab_b, _, _, _) = burst_cell("AB", [(30, n, 100, 0.0), (50, n, 0, 0.0)], wargs, settle=1.0, window=BURST_WINDOW)
+        (ac_a, _, _, _), (ac_c, _, _, _) = burst_cell("AC", [(30, n, 100, 0.0), (30, n, 100, 0.0)], wargs, settle=1.0, window=BURST_WINDOW)
+        (ad_a, _, _, _), (ad_d, _, _, _) = burst_cell("AD", [(20, n, 100, 0.0), (60, n, 100, 0.0)], wargs, settle=1.0, window=BURST_WINDOW)
         (bs_a, _, sa, _), (bs_b, _, sb, _) = burst_cell("Bstart", [(30, n, 100, 0.0), (50, n, 0, BURST_B_START)], wargs,
                                                         settle=BURST_B_START, window=1.0, seconds=BURST_T)
         yield_ms = next((round((t - BURST_B_START) * 1000) for t, v in sb if t > BURST_B_START and v >= 45.0), None)

@@ -173,6 +173,44 @@ fn a_newcomer_gets_its_guarantee_from_a_bursting_container() {
     assert!(v[1][2] >= 40.0 && v[0][2] <= 60.0, "second second: B {:.1} %, A {:.1} %", v[1][2], v[0][2]);
 }
 
+#[test]
+fn the_burst_step_runs_every_20_ms() {
+    // The step's span is the time since the previous step; the watcher ticks on a 20 ms grid.
+    // (When it slept a whole poll interval after each wake, about a fifth of the spans of a
+    // co-burster pair with 20 ms kernels were 30-40 ms, and the container with more of them got
+    // less of the device.)
+    let sb = Sandbox::new("burst_cadence");
+    sb.run(client()).args(["--count", "0"]).go().ok();
+    let start = (mono_ns() + 500_000_000).to_string();
+    let args: Vec<String> =
+        ["--kernel-us", "20000", "--seconds", "2.5", "--start-at", &start].iter().map(|s| s.to_string()).collect();
+    let (a, c) = (ctr(&sb, "a", 30, 100, 1), ctr(&sb, "c", 30, 100, 1));
+    let outs: Vec<Out> = std::thread::scope(|s| {
+        let hs: Vec<_> = [&a, &c]
+            .into_iter()
+            .map(|ct| {
+                let args = &args;
+                let sb = &sb;
+                s.spawn(move || run_client(sb, ct, args, &[("LIBCUDA_LOG_LEVEL", "4")]))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for out in &outs {
+        let spans: Vec<u64> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("burst t="))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("span=")?.parse().ok()))
+            .skip(5)
+            .collect();
+        assert!(spans.len() >= 50, "{} burst steps in 2.5 s: {spans:?}", spans.len());
+        let long = spans.iter().filter(|&&us| us > 30_000).count();
+        println!("{long} of {} spans longer than 30 ms", spans.len());
+        assert!(long * 10 < spans.len(), "{long} of {} spans longer than 30 ms: {spans:?}", spans.len());
+    }
+}
+
 // ---- the region's sm_limit (and the ceiling word) are followed live --------------
 
 /// Byte offsets in the region file: `sm_limit[0]` (contract §3.2) and extension words of device 0.

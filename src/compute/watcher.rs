@@ -79,7 +79,14 @@ fn run(c: &'static Compute) {
         let now = mono_ns();
         if now >= next_ctl {
             c.refresh_control();
-            next_ctl = now + CONTROL_EVERY_NS;
+            // On a fixed 20 ms grid (unless a whole period was missed): the burst step's span is
+            // the time between two of these ticks, and a tick that waited for the next poll came
+            // up to 20 ms late (a quarter of the spans were 25-40 ms long).
+            next_ctl = if next_ctl != 0 && now < next_ctl + CONTROL_EVERY_NS {
+                next_ctl + CONTROL_EVERY_NS
+            } else {
+                now + CONTROL_EVERY_NS
+            };
             (0..MAX_DEVICES).for_each(|d| super::burst::tick(c, d));
         }
         // Driver-held memory and host-PID correlation: due per device every 100-250 ms, so it
@@ -91,7 +98,8 @@ fn run(c: &'static Compute) {
                 nvml_tick(c, d, n, now);
             }
         }
-        KICK.wait_timeout(if pending { SAMPLE_POLL } else { IDLE_POLL });
+        let poll = if pending { SAMPLE_POLL } else { IDLE_POLL };
+        KICK.wait_timeout(poll.min(Duration::from_nanos(next_ctl.saturating_sub(mono_ns()))));
     }
 }
 
