@@ -8,6 +8,7 @@
 #   BENCH_QUICK=1 ci/bench_compute.sh   a few cells only
 #   BENCH_SECTIONS=main,pair,nonvml,under,latency,burst   (default: all)
 #   BENCH_BURST_WORK=long,mix BENCH_BURST_PROCS=4 BENCH_BURST_SCEN=AC,AD,Bstart   burst cells subset
+#   BENCH_BURST_WINDOW=3   seconds measured after 1 s in the steady-state burst rows (default 5)
 #   BENCH_TRACE_DIR=DIR   clients' stderr (LIBCUDA_LOG_LEVEL=4) and each cell's 100 ms series into DIR
 #
 # Output: a markdown report on stdout; report, CSV and plot in $BENCH_OUT (default
