@@ -76,8 +76,7 @@ impl Probe {
     pub fn step(&mut self, d: usize, now: u64, unresolved: bool) {
         if let Some(h) = &self.held {
             if now >= h.until {
-                let h = self.held.take().expect("checked");
-                release(d, h);
+                self.release_now(d);
             }
             return;
         }
@@ -108,9 +107,7 @@ impl Probe {
             );
         }
     }
-}
 
-impl Probe {
     /// An allocation is about to be refused on region device `d`: free a held block now (on the
     /// calling thread). True if one was held.
     pub fn release_now(&mut self, d: usize) -> bool {
@@ -134,19 +131,9 @@ fn draw(now: u64) -> usize {
 }
 
 /// Runs `f` with `ctx` current and this thread's stream-capture mode relaxed (the watcher's is
-/// already; an application thread's is not, and a free there while another thread captures in
-/// global mode would be refused and invalidate that capture), then restores both.
+/// already; a release before a refusal runs on an application thread).
 fn in_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
-    let exchange = crate::driver::cuThreadExchangeStreamCaptureMode();
-    let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if let Some(x) = exchange {
-        unsafe { x(&mut mode) };
-    }
-    let r = crate::compute::api::with_ctx(ctx, f);
-    if let Some(x) = exchange {
-        unsafe { x(&mut mode) }; // back to the mode it had
-    }
-    r
+    crate::compute::api::with_relaxed_capture(|| crate::compute::api::with_ctx(ctx, f))
 }
 
 fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {

@@ -103,6 +103,22 @@ pub fn relax_capture_mode() {
     }
 }
 
+/// Runs `f` with the calling thread in RELAXED capture mode, then restores the mode it had (an
+/// application thread: a driver call of ours while another thread captures in GLOBAL mode would
+/// be refused and invalidate that capture).
+pub fn with_relaxed_capture<R>(f: impl FnOnce() -> R) -> R {
+    let exchange = cuThreadExchangeStreamCaptureMode();
+    let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if let Some(x) = exchange {
+        unsafe { x(&mut mode) };
+    }
+    let r = f();
+    if let Some(x) = exchange {
+        unsafe { x(&mut mode) }; // back to the mode it had
+    }
+    r
+}
+
 /// Runs `f` with `ctx` current on this thread (push/pop), for work on another context's stream.
 pub fn with_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
     let push = cuCtxPushCurrent_v2()?;
