@@ -74,7 +74,7 @@ pub fn tick(c: &Compute, d: usize) {
                 now_us,
                 o.span_ns / 1000,
                 o.busy_ppm(),
-                o.own_busy_ns * 1_000_000 / o.span_ns.max(1),
+                o.own_ppm(),
                 o.others_ppm(),
                 o.others_present,
                 n

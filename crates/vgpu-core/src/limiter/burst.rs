@@ -131,6 +131,9 @@ impl Observation {
     pub fn busy_ppm(&self) -> u64 {
         self.frac(self.device_busy_ns)
     }
+    pub fn own_ppm(&self) -> u64 {
+        self.frac(self.own_busy_ns)
+    }
     pub fn others_ppm(&self) -> u64 {
         self.frac(self.device_busy_ns.saturating_sub(self.own_busy_ns))
     }
