@@ -142,6 +142,14 @@ pub fn run(sc: &Scenario) -> Outcome {
     const TICK: usize = 1 << 40;
     // Per container: (last tick time, charged_ns at it).
     let mut tick_state: Vec<(u64, u64)> = vec![(t0, 0); sc.containers.len()];
+    // Debugging switches, read once per run. VSIM_ALIGN=1: every container's span is the last
+    // whole 20 ms cell of a common grid (identical observations for all; the real sensors cannot
+    // do that, see docs/design.md "Burst": what the span's phase does to the split).
+    // VSIM_UNRESOLVED=<container>: its host PIDs never resolve (two containers that start together
+    // on the real simulator), so every busy PID looks foreign to it. VSIM_NO_EFF: no efficiency.
+    let align = std::env::var("VSIM_ALIGN").is_ok();
+    let unresolved_ci = std::env::var("VSIM_UNRESOLVED").ok().and_then(|v| v.parse::<usize>().ok());
+    let learn_eff = std::env::var("VSIM_NO_EFF").is_err();
     for (ci, l) in lims.iter().enumerate() {
         if l.is_some_and(|l| l.bursting()) {
             q.push(Reverse((t0 + burst::STEP_NS + rng.range(0, 5 * MS), seq, TICK + ci)));
@@ -156,10 +164,6 @@ pub fn run(sc: &Scenario) -> Outcome {
         if pi >= TICK && pi != usize::MAX {
             let ci = pi - TICK;
             let (last, last_charged) = tick_state[ci];
-            // VSIM_ALIGN=1: every container's span is the last whole 20 ms cell of a common grid
-            // (identical observations for all; the real sensors cannot do that, see docs/design.md
-            // "Burst": what the span's phase does to the split).
-            let align = std::env::var("VSIM_ALIGN").is_ok();
             let (last, now) = if align {
                 let e = now / burst::STEP_NS * burst::STEP_NS;
                 (e - burst::STEP_NS, e)
@@ -182,13 +186,9 @@ pub fn run(sc: &Scenario) -> Outcome {
                         present |= b > 0;
                     }
                 }
-                let charged_now = std::env::var("VSIM_NO_EFF").is_err().then_some(charged);
-                // VSIM_UNRESOLVED=<container>: its host PIDs never resolve (two containers that start
-                // together on the real simulator), so every busy PID looks foreign to it.
-                let unresolved =
-                    std::env::var("VSIM_UNRESOLVED").ok().and_then(|v| v.parse::<usize>().ok()) == Some(ci);
+                let charged_now = learn_eff.then_some(charged);
                 let (own, present, charged_now) =
-                    if unresolved { (0, dev > 0, None) } else { (own, present, charged_now) };
+                    if unresolved_ci == Some(ci) { (0, dev > 0, None) } else { (own, present, charged_now) };
                 Observation {
                     span_ns: span,
                     device_busy_ns: dev,
