@@ -16,8 +16,9 @@
 //! * **Reconciliation by account.** Admitted launches ([`CostModel::admitted`]; a prediction that
 //!   waits records nothing) join the signature's open account. Each sample re-prices the whole
 //!   account at the new estimate and returns the difference for the bucket (debt or refund), so
-//!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected.
-//!   The account closes only when a *clean* sample confirms the estimate: the sample lies in the
+//!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected,
+//!   at most [`REPRICE_LAUNCHES`] launches' worth per sample (the rest stays owed for the next).
+//!   The account closes only when a *clean* sample confirms the estimate and nothing is owed: the sample lies in the
 //!   cluster and at least two recent samples agree on it ([`Estimator::confirmed`]). Under
 //!   persistent contention (clean samples rare) everything charged at an inflated estimate is
 //!   refunded when the first clean samples arrive.
@@ -64,6 +65,10 @@ pub const INITIAL_GUESS_NS: u64 = 100_000;
 /// Samples are clamped into this range (a broken timer must not produce absurd debts).
 pub const MIN_SAMPLE_NS: u64 = 500;
 pub const MAX_SAMPLE_NS: u64 = 10_000_000_000;
+/// One sample re-prices the open account by at most this many launches at the new estimate, or
+/// [`REPRICE_MIN_NS`] (what is left is charged or refunded by the next samples).
+pub const REPRICE_LAUNCHES: u64 = 2;
+pub const REPRICE_MIN_NS: u64 = 20_000_000;
 /// Entries kept; beyond it, entries unused for [`EVICT_AGE_NS`] are dropped.
 pub const MAX_ENTRIES: usize = 4096;
 pub const EVICT_AGE_NS: u64 = 10_000_000_000;
@@ -73,6 +78,9 @@ pub const FIRST_GATE_HOLD_NS: u64 = 500_000_000;
 /// A signature is young in a process for this long after its first prediction: the container's
 /// lowest cost of its shape caps even a confirmed estimate ([`super::lowcost`]).
 pub const YOUNG_NS: u64 = 2_000_000_000;
+/// ... then the cap rises linearly from the container's lowest cost to the process's own
+/// estimate over this long.
+pub const RAMP_NS: u64 = 8_000_000_000;
 
 /// Claims the container's first-sample gate (`gate`: a word shared by its processes holding the
 /// current holder's deadline, 0 = free) for a launch of unknown cost at `now`. `Some(token)`: ours
@@ -308,13 +316,27 @@ impl CostModel {
     /// young here (first used < [`YOUNG_NS`] ago): with long kernels × several processes on a
     /// FIFO device two samples may agree on a queue (20 ms kernels measured 114 and 120 ms, or
     /// 59 and 60 ms, behind others' work) and confirm an inflated estimate, which re-priced the
-    /// process's account into 100-300 ms of debt. After that the process's own estimate stands,
-    /// so two different kernels of one shape under-charge the slower one for that long at most.
+    /// process's account into 100-300 ms of debt. After that the cap rises to the process's own
+    /// estimate over [`RAMP_NS`], and then the own estimate stands, so two different kernels of one
+    /// shape under-charge the slower one for `YOUNG_NS + RAMP_NS / 2` of its time at most.
     fn cap(&self, sig: &Sig, low: Option<Low>, now: u64) -> Option<u64> {
-        let (confirmed, young) =
-            self.map.get(sig).map_or((false, true), |e| (e.est.confirmed(), now.saturating_sub(e.born) < YOUNG_NS));
-        if confirmed {
-            return low.filter(|_| young).map(|l| l.ns);
+        if let Some(e) = self.map.get(sig)
+            && e.est.confirmed()
+        {
+            // After the young period the cap rises linearly to the process's own estimate over
+            // [`RAMP_NS`]: lifted at once, it re-priced the open account at an estimate that its
+            // queued samples had inflated (20 ms kernels × 8 processes on one FIFO: 40-45 ms
+            // against the container's 20), a debt of 100-500 ms in one sample that stalled the
+            // container for a second.
+            let age = now.saturating_sub(e.born);
+            let own = e.est.value().unwrap_or(0);
+            return low.and_then(|l| match age.checked_sub(YOUNG_NS) {
+                None => Some(l.ns),
+                Some(old) if old < RAMP_NS && own > l.ns => {
+                    Some(l.ns + ((own - l.ns) as u128 * old as u128 / RAMP_NS as u128) as u64)
+                }
+                Some(_) => None,
+            });
         }
         let pb = match self.guess(sig) {
             (g, true) => Some(g),
@@ -508,12 +530,17 @@ impl CostModel {
         let own = e.est.value().unwrap_or(measured_ns);
         let est = cap.map_or(own, |l| l.min(own));
         let target = (e.acct_n as u128 * est as u128).min(i64::MAX as u128 / 4) as u64;
-        let delta = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
-        e.acct_charged = target;
+        let owed = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
+        // At most a couple of launches per sample: the rest stays owed in the account for the next
+        // samples, so a re-pricing of many launches (an estimate that changes after a long open
+        // account) reaches the bucket, and the efficiency learnt from the charges, gradually.
+        let bound = (est.saturating_mul(REPRICE_LAUNCHES).max(REPRICE_MIN_NS)).min(i64::MAX as u64 / 4) as i64;
+        let delta = owed.clamp(-bound, bound);
+        e.acct_charged = (e.acct_charged.min(i64::MAX as u64 / 4) as i64 + delta) as u64;
         if !e.est.confirmed() {
             return delta;
         }
-        if e.est.in_cluster(measured_ns) {
+        if e.est.in_cluster(measured_ns) && delta == owed {
             // A clean sample confirms the estimate: what was charged so far stands.
             e.acct_n = 0;
             e.acct_charged = 0;
@@ -736,12 +763,15 @@ mod tests {
         // Two samples agree on a 100 ms queue: confirmed here, but young: charged 20 ms each.
         assert_eq!(charged, 40 * MS as i64);
         assert_eq!(m.predict_low(s, 500 * MS, l).cost_ns, 20 * MS);
-        // Once the signature is no longer young the process's own estimate stands.
-        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS, l).cost_ns, m.estimate(&s).unwrap());
+        // Once the signature is no longer young the cap rises to the process's own estimate,
+        // halfway after half the ramp, all the way after it.
+        let own = m.estimate(&s).unwrap();
+        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS + RAMP_NS / 2, l).cost_ns, 20 * MS + (own - 20 * MS) / 2);
+        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, own);
     }
 
     #[test]
-    fn a_lower_container_low_caps_only_while_young() {
+    fn a_lower_container_low_caps_while_young_then_ramps_out() {
         // Another kernel of the same shape runs 5 ms; ours runs 20 ms.
         let mut m = CostModel::new();
         let s = k(20000);
@@ -755,9 +785,40 @@ mod tests {
         let young: i64 = (1..=3u64).map(|i| launch(&mut m, i * 30 * MS)).sum();
         // Young: charged the container's value (the under-charge of the start-up aid) ...
         assert_eq!(young, 15 * MS as i64);
-        // ... after that the process's own confirmed estimate.
-        assert_eq!(launch(&mut m, 30 * MS + YOUNG_NS), 20 * MS as i64);
-        assert_eq!(m.predict_low(s, 40 * MS + YOUNG_NS, l).cost_ns, 20 * MS);
+        // ... then a charge rising to the process's own confirmed estimate over the ramp (the
+        // account is re-priced a little at each sample, not at once) ...
+        let mid = launch(&mut m, 30 * MS + YOUNG_NS + RAMP_NS / 2);
+        assert!(mid > 5 * MS as i64 && mid < 20 * MS as i64, "{mid}");
+        // ... and after it the own estimate.
+        assert_eq!(launch(&mut m, 30 * MS + YOUNG_NS + RAMP_NS), 20 * MS as i64);
+        assert_eq!(m.predict_low(s, 40 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, 20 * MS);
+    }
+
+    #[test]
+    fn a_re_pricing_reaches_the_bucket_a_couple_of_launches_per_sample() {
+        // Ten launches charged a 100 µs guess, then the kernel measures 20 ms: 199 ms owed.
+        let mut m = CostModel::new();
+        let s = k(20000);
+        let p = m.predict(s, MS);
+        for _ in 0..10 {
+            m.admitted(s, &p);
+        }
+        let owed = (10 * 20 * MS - 10 * INITIAL_GUESS_NS) as i64;
+        let mut got = Vec::new();
+        for i in 0..8u64 {
+            got.push(m.sample_done(s, 20 * MS, (i + 2) * 30 * MS));
+        }
+        // At most two launches at the new estimate per sample, nothing lost, then closed.
+        assert!(got.iter().all(|&d| (0..=40 * MS as i64).contains(&d)), "{got:?}");
+        assert_eq!(got.iter().sum::<i64>(), owed, "{got:?}");
+        assert_eq!(got[0], 40 * MS as i64);
+        assert_eq!(*got.last().unwrap(), 0, "{got:?}");
+        // A refund is bounded the same way.
+        for _ in 0..10 {
+            m.admitted(s, &Prediction { cost_ns: 100 * MS, ..p });
+        }
+        let d = m.sample_done(s, 20 * MS, 400 * MS);
+        assert_eq!(d, -40 * MS as i64);
     }
 
     #[test]

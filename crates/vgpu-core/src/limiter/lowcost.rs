@@ -21,7 +21,8 @@
 //!   renews it, so a kernel that got slower (or a dead process's word) stops capping anything
 //!   within ~32 s.
 //! * **Safety.** The value caps *unconfirmed* estimates, and confirmed ones while the signature is
-//!   young in the process ([`super::cost`]); after that a process's own confirmed estimate is
+//!   young in the process, the cap then rising to the process's own estimate over
+//!   [`super::cost::RAMP_NS`] ([`super::cost`]); after that a process's own confirmed estimate is
 //!   what it is charged. A confirming sample re-prices the whole open account at the process's
 //!   own estimate, so a value that is too low (a shared shape, a stale word) costs a bounded
 //!   under-charge (a few launches, or the young period for two kernels of one shape).
