@@ -120,14 +120,15 @@ fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: 
     let own: u64 = busy.iter().filter(|b| ours.contains(&b.0)).map(|b| b.1).sum();
     let others_present = busy.iter().any(|b| b.1 > 0 && !ours.contains(&b.0));
     // The own busy time measures the container's charges only when every process has a host PID.
-    let charged_now = (w.unresolved_pids().load(Ordering::Relaxed) == 0 && !ours.is_empty())
-        .then(|| w.charged_ns().load(Ordering::Relaxed));
+    let attributed = w.unresolved_pids().load(Ordering::Relaxed) == 0 && !ours.is_empty();
+    let charged_now = attributed.then(|| w.charged_ns().load(Ordering::Relaxed));
     Some(Some(Observation {
         span_ns,
         device_busy_ns: device * 1000,
         own_busy_ns: own * 1000,
         others_present,
         charged_now,
+        attributed,
     }))
 }
 
@@ -149,5 +150,6 @@ fn from_device(h: crate::ffi::nvmlDevice_t, loc: &mut Local, charged: u64) -> Op
         own_busy_ns: charged.saturating_sub(ch),
         others_present: false,
         charged_now: None,
+        attributed: true,
     }))
 }

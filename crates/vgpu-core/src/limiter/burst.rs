@@ -122,6 +122,9 @@ pub struct Observation {
     /// independent measurement of the same work (per-process NVML with every host PID known):
     /// the step then learns how much device time one charged ns buys ([`State::eff`]).
     pub charged_now: Option<u64>,
+    /// `own_busy_ns` covers every process of the container (each has a host PID, or own is the
+    /// container's charges). Before that the container's own work counts as others' work.
+    pub attributed: bool,
 }
 
 impl Observation {
@@ -155,10 +158,15 @@ pub struct State {
     pub eff: u64,
     /// The container's `charged_ns` at the last step, mod 2³² (valid while `eff` ≠ 0).
     pub charged_snap: u64,
+    /// The last span was not attributed ([`Observation::attributed`]): `others_ppm` includes our
+    /// own work and is replaced, not smoothed, by the first attributed span's.
+    pub unattributed: bool,
 }
 
 const FIELD: u32 = 21;
 const MASK: u64 = (1 << FIELD) - 1;
+/// The signals word's top bit: [`State::unattributed`].
+const UNATTRIBUTED: u64 = 1 << 63;
 /// The rate word: rate ppm (bits 0-19) | eff (bits 20-31) | charged snapshot mod 2³² (32-63).
 const RATE_MASK: u64 = (1 << 20) - 1;
 const EFF_SHIFT: u32 = 20;
@@ -175,11 +183,18 @@ impl State {
             busy_ppm: (s >> (2 * FIELD)) & MASK,
             eff: (r >> EFF_SHIFT) & 0xfff,
             charged_snap: r >> SNAP_SHIFT,
+            unattributed: s & UNATTRIBUTED != 0,
         }
     }
 
+    /// No step has run yet.
+    fn fresh(&self) -> bool {
+        self.signals() & !UNATTRIBUTED == 0
+    }
+
     fn signals(&self) -> u64 {
-        self.others_ppm.min(PPM) | self.peak_ppm.min(PPM) << FIELD | self.busy_ppm.min(PPM) << (2 * FIELD)
+        let flag = if self.unattributed { UNATTRIBUTED } else { 0 };
+        self.others_ppm.min(PPM) | self.peak_ppm.min(PPM) << FIELD | self.busy_ppm.min(PPM) << (2 * FIELD) | flag
     }
 
     fn rate_word(&self) -> u64 {
@@ -231,12 +246,16 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     // and its recent peak.
     let rising = obs.others_ppm() > st.others_ppm;
     let a = (if rising { OTHERS_SMOOTH } else { OTHERS_DECAY } * steps).min(1.0);
+    // The first span that tells our work from others' replaces the share learnt before it, which
+    // counted our own work (a burster alone whose PID resolved after 200 ms still had 3 % of
+    // "others" 1.5 s later, decaying slowly, and took a newcomer then for an old tenant).
+    let a = if obs.attributed && st.unattributed { 1.0 } else { a };
     let others = st.others_ppm as f64 + a * (obs.others_ppm() as f64 - st.others_ppm as f64);
     // The excess in device time: the published rate is in charged ns, scaled by the compensation.
     let x = (r as f64 / st.compensation() - lim.limit_ppm as f64).max(0.0);
     let (eff, charged_snap) = learn_eff(&st, &obs);
     // Device busy, smoothed: with long kernels a single span is all busy or not at all.
-    let ab = if st.signals() == 0 { 1.0 } else { (BUSY_SMOOTH * steps).min(1.0) };
+    let ab = if st.fresh() { 1.0 } else { (BUSY_SMOOTH * steps).min(1.0) };
     let busy_s = st.busy_ppm as f64 + ab * (obs.busy_ppm() as f64 - st.busy_ppm as f64);
     let busy = busy_s.round() as u64;
     let saturated = busy >= SATURATED_PPM;
@@ -252,7 +271,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     // work, put it in debt for a while, so what it uses at first says little about what it needs.
     // (Without per-process NVML only a clear share counts: the own share from charges is noisy.)
     let arrived = obs.others_present || obs.others_ppm() >= NEWCOMER_PPM;
-    let newcomer = saturated && arrived && st.others_ppm < OTHERS_ACTIVE_PPM && st.signals() != 0;
+    let newcomer = saturated && arrived && st.others_ppm < OTHERS_ACTIVE_PPM && !st.fresh();
     let decay = PEAK_DECAY_PER_S * PPM as f64 * obs.span_ns as f64 / 1e9;
     let peak = if newcomer { PPM as f64 } else { (st.peak_ppm as f64 - decay).max(0.0) };
     let mut nx = if saturated {
@@ -274,6 +293,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
         others_ppm: others.round() as u64,
         peak_ppm: peak.round() as u64,
         busy_ppm: busy,
+        unattributed: !obs.attributed,
         ..next
     }
 }
@@ -376,6 +396,7 @@ mod tests {
             own_busy_ns: (span as f64 * own_pct / 100.0) as u64,
             others_present: false,
             charged_now: None,
+            attributed: true,
         }
     }
 
@@ -484,6 +505,39 @@ mod tests {
             c = step(c, l, obs(100.0, 30.0));
         }
         assert!(c.rate_ppm - l.limit_ppm < 100, "{c:?}");
+    }
+
+    #[test]
+    fn a_newcomer_is_seen_although_our_own_work_counted_as_others_at_first() {
+        let l = Limits::new(30, 100).unwrap();
+        // Our PID unknown for the first 200 ms: all the device's busy time looks like others'.
+        let mut s = rate(l.limit_ppm);
+        for _ in 0..10 {
+            s = step(s, l, Observation { others_present: true, attributed: false, ..obs(97.0, 0.0) });
+        }
+        assert!(s.unattributed && s.others_ppm > 500_000, "{s:?}");
+        // Then alone and known: the share learnt before is dropped, not decayed over seconds.
+        s = step(s, l, obs(97.0, 97.0));
+        assert_eq!(s.others_ppm, 0, "{s:?}");
+        assert!(!s.unattributed);
+        for _ in 0..60 {
+            let own = s.rate_ppm as f64 / 1e4;
+            s = step(s, l, obs(own.max(97.0), own.max(97.0)));
+        }
+        // 1.2 s later a newcomer arrives: the hold, at once.
+        let n = step(s, l, Observation { others_present: true, ..obs(100.0, 99.0) });
+        assert_eq!((n.peak_ppm, n.rate_ppm), (PPM, l.limit_ppm), "{n:?}");
+        // Without the reset the same history still had > 3 % of "others" then: no hold.
+        let mut s = rate(l.limit_ppm);
+        for _ in 0..10 {
+            s = step(s, l, Observation { others_present: true, attributed: false, ..obs(97.0, 0.0) });
+        }
+        s.unattributed = false;
+        for _ in 0..61 {
+            s = step(s, l, obs(97.0, 97.0));
+        }
+        assert!(s.others_ppm >= OTHERS_ACTIVE_PPM, "{s:?}");
+        assert_eq!(step(s, l, Observation { others_present: true, ..obs(100.0, 99.0) }).peak_ppm, 0);
     }
 
     #[test]
@@ -651,6 +705,7 @@ mod tests {
                 own_busy_ns: 27 * STEP_NS / 10,
                 others_present: false,
                 charged_now: None,
+                attributed: true,
             },
         );
         assert!(long.rate_ppm < one.rate_ppm, "{long:?} {one:?}");

@@ -187,14 +187,16 @@ pub fn run(sc: &Scenario) -> Outcome {
                     }
                 }
                 let charged_now = learn_eff.then_some(charged);
+                let unresolved = unresolved_ci == Some(ci);
                 let (own, present, charged_now) =
-                    if unresolved_ci == Some(ci) { (0, dev > 0, None) } else { (own, present, charged_now) };
+                    if unresolved { (0, dev > 0, None) } else { (own, present, charged_now) };
                 Observation {
                     span_ns: span,
                     device_busy_ns: dev,
                     own_busy_ns: own,
                     others_present: present,
                     charged_now,
+                    attributed: !unresolved,
                 }
             } else {
                 // Device utilisation (integer percent) and the container's own charges.
@@ -205,6 +207,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     own_busy_ns: charged.saturating_sub(last_charged),
                     others_present: false,
                     charged_now: None,
+                    attributed: true,
                 }
             };
             tick_state[ci] = (now, charged);
