@@ -18,10 +18,10 @@
 //!   account at the new estimate and returns the difference for the bucket (debt or refund), so
 //!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected,
 //!   at most [`REPRICE_LAUNCHES`] launches' worth per sample (the rest stays owed for the next).
-//!   The account closes only when a *clean* sample confirms the estimate and nothing is owed: the sample lies in the
-//!   cluster and at least two recent samples agree on it ([`Estimator::confirmed`]). Under
-//!   persistent contention (clean samples rare) everything charged at an inflated estimate is
-//!   refunded when the first clean samples arrive.
+//!   The account closes only when nothing is owed and a *clean* sample confirms the estimate: the
+//!   sample lies in the cluster and at least two recent samples agree on it
+//!   ([`Estimator::confirmed`]). Under persistent contention (clean samples rare) everything
+//!   charged at an inflated estimate is refunded when the first clean samples arrive.
 //!   While a signature with no basis for a guess has its first sample in flight, further launches of
 //!   it, and of any other such signature, are asked to wait for that sample
 //!   ([`Prediction::wait_for_first`]): at most one launch of unknown cost is in flight per process,
@@ -69,6 +69,8 @@ pub const MAX_SAMPLE_NS: u64 = 10_000_000_000;
 /// [`REPRICE_MIN_NS`] (what is left is charged or refunded by the next samples).
 pub const REPRICE_LAUNCHES: u64 = 2;
 pub const REPRICE_MIN_NS: u64 = 20_000_000;
+/// An account's amounts are kept below this (ns), so its signed arithmetic cannot overflow.
+const ACCT_MAX: u64 = i64::MAX as u64 / 4;
 /// Entries kept; beyond it, entries unused for [`EVICT_AGE_NS`] are dropped.
 pub const MAX_ENTRIES: usize = 4096;
 pub const EVICT_AGE_NS: u64 = 10_000_000_000;
@@ -529,14 +531,15 @@ impl CostModel {
         let e = self.map.entry(sig).or_default();
         let own = e.est.value().unwrap_or(measured_ns);
         let est = cap.map_or(own, |l| l.min(own));
-        let target = (e.acct_n as u128 * est as u128).min(i64::MAX as u128 / 4) as u64;
-        let owed = target as i64 - e.acct_charged.min(i64::MAX as u64 / 4) as i64;
+        let target = (e.acct_n as u128 * est as u128).min(ACCT_MAX as u128) as i64;
+        let charged = e.acct_charged.min(ACCT_MAX) as i64;
+        let owed = target - charged;
         // At most a couple of launches per sample: the rest stays owed in the account for the next
         // samples, so a re-pricing of many launches (an estimate that changes after a long open
         // account) reaches the bucket, and the efficiency learnt from the charges, gradually.
-        let bound = (est.saturating_mul(REPRICE_LAUNCHES).max(REPRICE_MIN_NS)).min(i64::MAX as u64 / 4) as i64;
+        let bound = est.saturating_mul(REPRICE_LAUNCHES).clamp(REPRICE_MIN_NS, ACCT_MAX) as i64;
         let delta = owed.clamp(-bound, bound);
-        e.acct_charged = (e.acct_charged.min(i64::MAX as u64 / 4) as i64 + delta) as u64;
+        e.acct_charged = (charged + delta) as u64;
         if !e.est.confirmed() {
             return delta;
         }
