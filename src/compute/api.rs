@@ -110,11 +110,13 @@ pub fn with_relaxed_capture<R>(f: impl FnOnce() -> R) -> R {
     let exchange = cuThreadExchangeStreamCaptureMode();
     let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
     if let Some(x) = exchange {
+        // SAFETY: `mode` is a valid in/out pointer for the call; the driver swaps this thread's mode.
         unsafe { x(&mut mode) };
     }
     let r = f();
     if let Some(x) = exchange {
-        unsafe { x(&mut mode) }; // back to the mode it had
+        // SAFETY: as above; `mode` now holds the mode the thread had, which this puts back.
+        unsafe { x(&mut mode) };
     }
     r
 }
