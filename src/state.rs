@@ -199,7 +199,7 @@ pub fn region_tick() {
 
 /// A region created without any memory limit makes every process of the container unlimited.
 /// If PID 1's environment (the device plugin's) has a limit, the creator's environment lost it:
-/// say so (README "Configuration").
+/// say so (docs/configuration.md).
 fn warn_if_created_unlimited(region: &Region, config: &Config) {
     if (0..MAX_DEVICES).any(|d| region.limit(d) != 0) {
         return;

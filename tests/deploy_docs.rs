@@ -135,15 +135,15 @@ fn dockerfile_docs_release_and_injection_agree() {
 #[test]
 fn kai_paths_agree() {
     let doc = read("docs/deploy.md");
-    let readme = read("README.md");
+    let config_doc = read("docs/configuration.md");
     let kai = read("tests/py/kai.sh");
     use vgpu_core::regionpath::{ENV_CONTAINER_NAME, ENV_POD_UID, ENV_VGPU_MOUNT, KAI_FILE};
     let form =
         format!("${{{ENV_VGPU_MOUNT}:-/usr/local/vgpu}}/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}");
     assert!(doc.contains(&form), "docs/deploy.md lacks {form}");
     assert!(
-        readme.contains(&format!("`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`")),
-        "README"
+        config_doc.contains(&format!("`<mount>/containers/<{ENV_POD_UID}>_<{ENV_CONTAINER_NAME}>/{KAI_FILE}`")),
+        "docs/configuration.md"
     );
     assert!(
         kai.contains("POD_UID=pod-1 CONTAINER_NAME=root-ctr")

@@ -1,5 +1,5 @@
 //! The KAI Scheduler channel (docs/deploy.md §8) and region discovery for a non-root `env -i` shell
-//! (README "Configuration"), in private mount + PID namespaces as tests/injection.rs does, as root and as
+//! (docs/configuration.md "Where the region is"), in private mount + PID namespaces as tests/injection.rs does, as root and as
 //! UID 1000 (`setpriv`). The inside is `tests/py/kai.sh`; see its header for the layout.
 //!
 //! If the machine refuses namespaces (or is not root) the test prints a loud SKIP and FAILS,

@@ -345,7 +345,7 @@ impl<'a> Builder<'a> {
 
     /// A variable of the process env. Set but empty (`CUDA_DEVICE_MEMORY_LIMIT=`, typically an
     /// unset shell variable expanded into it) counts as unset and takes PID 1's value instead, so
-    /// an empty value never means "no limit" when the container has one (README "Configuration").
+    /// an empty value never means "no limit" when the container has one (docs/configuration.md).
     fn var(&mut self, key: &str) -> Option<String> {
         match self.src.env(key) {
             Some(v) if !v.trim_ascii().is_empty() => Some(v),

@@ -1,7 +1,7 @@
 //! Where the region file is when `CUDA_DEVICE_MEMORY_SHARED_CACHE` does not say
 //! (the KAI Scheduler channel, docs/deploy.md §8; discovery for a non-root `env -i` shell).
 //!
-//! Order (the first that applies wins; see README "Configuration"):
+//! Order (the first that applies wins; see docs/configuration.md):
 //! 1. `CUDA_DEVICE_MEMORY_SHARED_CACHE` from the process env, else from `/proc/1/environ`
 //!    (config.rs decides which source is the origin).
 //! 2. KAI: `POD_UID` and `CONTAINER_NAME` both set (same sources) and
