@@ -11,6 +11,7 @@ export VGPU_PYTHON
 # Formatting and lint gate (rustfmt.toml; the format-only commit is in .git-blame-ignore-revs).
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+ci/check-docs.sh                 # product text: no development history, every quoted figure in docs/benchmarks.md
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2

@@ -1,6 +1,6 @@
 //! Memory the driver takes outside every allocation entry point, counted up front where a hook
 //! can see it (docs/design.md "Driver-held memory (truth)"): module and library loads and
-//! `cuCtxSetLimit` are measured through [`truth::measured`] (NVML before/after for our host PID);
+//! `cuCtxSetLimit` are measured through [`truth::measured`] (NVML's figure for our host PID across the call);
 //! graph memory through the driver's own graph-pool attribute around `cuGraphLaunch` and
 //! `cuDeviceGraphMemTrim`. What does not fit under the limit is undone and fails with
 //! `CUDA_ERROR_OUT_OF_MEMORY`, as on a full GPU. Whatever escapes (no host PID yet, the runtime's

@@ -285,7 +285,7 @@ pub fn before_refusal(d: usize) -> bool {
 }
 
 /// Up-front measurement of one driver operation on region device `d` that makes the driver hold
-/// memory (`op`: the real call). Its cost (NVML before/after, less our own counting meanwhile) is
+/// memory (`op`: the real call). Its cost (NVML's figure across the call, less our own counting meanwhile) is
 /// charged as `kind` against the limit and recorded under `key()` in the handle table (owner
 /// `owner`, so a context teardown gives it back). A cost over the limit runs `undo(key)` and
 /// returns `CUDA_ERROR_OUT_OF_MEMORY`. Without a usable truth the operation just runs (the

@@ -203,7 +203,7 @@ fn limit_var_names() -> Vec<String> {
 }
 
 /// PID 1's memory limits, if `/proc/1/environ` is readable and has any limit variable: what a
-/// process with an empty environment would be limited to. Used to warn when a region is created
+/// process with an empty environment would be limited to. Lets the shim warn when a region is created
 /// without a memory limit although the container has one.
 pub fn pid1_memory_limits(src: &dyn ConfigSources) -> Option<[u64; MAX_DEVICES]> {
     /// The machine with an empty process environment.
@@ -916,7 +916,7 @@ pub(crate) mod tests {
         assert_eq!(Config::from_sources(&f).origin, ConfigOrigin::Pid1Environ);
     }
 
-    /// Issue 9 §6: `CUDA_DEVICE_MEMORY_LIMIT=` (an unset shell variable expanded into it) next to
+    /// `CUDA_DEVICE_MEMORY_LIMIT=` (an unset shell variable expanded into it) next to
     /// other contract variables must not mean "unlimited" when the container's PID 1 has a limit.
     #[test]
     fn set_but_empty_is_unset_and_falls_back_to_pid1() {
@@ -982,7 +982,7 @@ pub(crate) mod tests {
         assert_eq!(pid1_memory_limits(&d), None);
     }
 
-    /// Issue 9 §9: indices 16 and up are not silently ignored.
+    /// Indices 16 and up are not silently ignored.
     #[test]
     fn out_of_range_device_indices_are_reported() {
         let c = Config::from_sources(&Fake::env(&[

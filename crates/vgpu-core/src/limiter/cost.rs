@@ -7,7 +7,7 @@
 //!   A sample measures `wait + duration`, where `wait` is the time the kernel queued behind work of
 //!   other streams, processes or containers (contention inflation). The estimator therefore keeps
 //!   the last [`RING`] samples and predicts the mean of the *low cluster*: samples within
-//!   [`CLUSTER`] of the minimum. Uncontended samples are identical up to noise and form that
+//!   [`CLUSTER_PPM`] of the floor. Uncontended samples are identical up to noise and form that
 //!   cluster; contended ones are larger and are ignored. (The outer correction loop,
 //!   [`super::correction`], removes what bias remains when NVML can measure the truth.)
 //! * A signature never measured is charged a **guess**: the per-block time of another grid of the

@@ -4,8 +4,8 @@
 //! 20 ms queued, timing events stamp the stream tail, NVML reports exact integer per-process
 //! utilisation per 1/6 s period. Processes loop on the shim's admission exactly as the shim does
 //! (predict → admit or sleep with oversleep jitter → launch → sparse samples polled by a watcher
-//! → reconciliation; NVML correction). Used to check the ±3-point bar over the whole matrix in
-//! milliseconds of real time, and to tune constants before running on the real simulator.
+//! → reconciliation; NVML correction). It checks the ±3-point bar over the whole matrix in
+//! milliseconds of real time, and tunes constants before running on the real simulator.
 
 use super::bucket::{Admission, Bucket, Params};
 use super::burst::{self, Limits, Observation};
