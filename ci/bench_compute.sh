@@ -235,7 +235,7 @@ out()
 burst_trace = {}
 BURST_T, BURST_B_START = 4.0, 1.5
 # The steady-state rows use the main matrix's 5 s window: with 20 ms kernels a pair's split wanders by
-# a few points over a second or two (docs/design.md "Burst": what spreads the split).
+# a few points over a second or two (docs/design.md "Burst", what the rule leaves).
 BURST_WINDOW = float(os.environ.get("BENCH_BURST_WINDOW") or 5.0)
 out("### Burst: limit = guarantee, idle time shared up to the ceiling (separate containers)")
 out()

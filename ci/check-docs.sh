@@ -10,6 +10,8 @@
 #      link to docs/benchmarks.md whose text is the figure; that text must appear in
 #      docs/benchmarks.md (whitespace-insensitive) and the link's anchor must be one of its
 #      headings. Every row of the README's performance table must carry such a link.
+#   3. A reference to a section of our documents (docs/design.md "Memory ledger", README
+#      "Operating") in the sources, tests, scripts or documents names an existing heading.
 #
 #   ci/check-docs.sh          exit 0 when clean; else one line per finding and exit 1
 set -euo pipefail
@@ -93,6 +95,26 @@ else:
     for r in rows[1:]:  # rows[0] is the header
         if not LINK.search(r):
             findings.append(f"README.md: performance row without a figure linked to docs/benchmarks.md: {r[:80]}")
+
+# ---- 3. section references -----------------------------------------------------------------------
+# `docs/design.md "Memory ledger"`, `sim/README.md "Model"`, `README "Operating"`: the quoted name
+# must begin a heading of that document (references into text that moved would dangle).
+REF = re.compile(r'((?:docs/)?(?:design|benchmarks|configuration|threat-model)\.md|sim/README\.md|README(?:\.md)?)`?,? "([^"]+)"')
+DOCS = {"sim/README.md": "sim/README.md", "README": "README.md", "README.md": "README.md"}
+headings = {}
+def heads(doc):
+    if doc not in headings:
+        headings[doc] = re.findall(r"^#+\s+(.*)$", (root / doc).read_text(), re.M)
+    return headings[doc]
+ref_files = list(scanned_files()) + sorted(p for p in (root / "tests").rglob("*") if p.is_file() and p.suffix in {".rs", ".py", ".sh", ".c"})
+ref_files += sorted((root / "ci").glob("*.sh"))
+for path in ref_files:
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        for m in REF.finditer(line):
+            name = m.group(1)
+            doc = DOCS.get(name) or ("docs/" + name.removeprefix("docs/"))
+            if not any(h.startswith(m.group(2)) for h in heads(doc)):
+                findings.append(f"{path.as_posix()}:{n}: {doc} has no section \"{m.group(2)}\"")
 
 for f in findings:
     print(f)

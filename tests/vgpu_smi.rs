@@ -413,7 +413,7 @@ fn control_verbs() {
         assert!(o.stderr.contains(want), "{args:?}: {}", o.dump());
     }
     // The burst ceiling is our extension's `sm_ceiling` word of device d, at file offset
-    // 2 011 136 (extension) + 64 (limiter states) + 192·d + 184 (docs/design.md "Burst").
+    // 2 011 136 (extension) + 64 (limiter states) + 192·d + 184 (crates/vgpu-core/src/region.rs, `DeviceLimiterState`).
     let ceiling = |r: &Region, d: usize| {
         let at = 2_011_136 + 64 + 192 * d + 184;
         u64::from_le_bytes(r.bytes[at..at + 8].try_into().unwrap())

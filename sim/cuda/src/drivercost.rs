@@ -1,5 +1,5 @@
-//! Memory the driver holds for a process outside every allocation entry point (docs/design.md
-//! "Simulated GPU knobs"), each cost off by default:
+//! Memory the driver holds for a process outside every allocation entry point
+//! (sim/README.md "Knobs"), each cost off by default:
 //!
 //! * modules and libraries (`VGPU_SIM_MODULE_MIB`): each load costs at least that many MiB, or its
 //!   image size rounded up to 2 MiB when larger (file size for the `*FromFile`/`cuModuleLoad`

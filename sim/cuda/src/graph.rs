@@ -1,7 +1,7 @@
 //! Graphs with kernel and memory nodes (built explicitly or by stream capture: a kernel launch or
 //! `cuMemAllocAsync` / `cuMemFreeAsync` on a capturing stream adds a node instead of running). An
 //! executable graph is a snapshot of its kernel nodes and memory footprint; a launch draws the
-//! memory from the graph pool (docs/design.md "Simulated GPU knobs") and runs the kernels in
+//! memory from the graph pool (sim/README.md "Model") and runs the kernels in
 //! sequence on the stream.
 
 use crate::context::current;

@@ -1,4 +1,4 @@
-//! Simulated `libcuda.so.1` (test-only). See `docs/design.md` "Simulated GPU" and
+//! Simulated `libcuda.so.1` (test-only). See `sim/README.md` and
 //! `docs/driver-loading.md` §6.
 //!
 //! * [`exports`] holds the one list of exported entry points: every `(base name, ABI version,

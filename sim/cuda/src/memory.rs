@@ -154,7 +154,7 @@ pub(crate) fn mem_get_info(free: *mut usize, total: *mut usize) -> CUresult {
         let dev = current(&mut sim::lock())?.1;
         let st = state();
         // Reaped processes at once, zombies and recycled pids within 100 ms: no /proc read per
-        // call (sim_state::SimState::reclaim_dead_rate_limited, docs/design.md "Simulated GPU").
+        // call (sim_state::SimState::reclaim_dead_rate_limited, sim/README.md "Components").
         static LAST_FULL_RECLAIM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         st.reclaim_dead_rate_limited(&LAST_FULL_RECLAIM, 100_000_000);
         let t = st.device_total(dev);

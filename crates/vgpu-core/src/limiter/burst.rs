@@ -30,7 +30,7 @@
 //! the guarantees whatever the start (Chiu & Jain: each decrease shrinks the difference of the
 //! normalised excesses `x_i / L_i` by the factor BACKOFF, each increase leaves it unchanged), and
 //! the total moves in phase for everybody (same signal), so two bursting containers never trade
-//! the device back and forth. Reasoning and figures: docs/design.md "Burst".
+//! the device back and forth. Reasoning: docs/design.md "Burst"; figures: docs/benchmarks.md.
 
 use super::PPM;
 use super::words::Words;

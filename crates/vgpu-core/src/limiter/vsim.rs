@@ -144,7 +144,7 @@ pub fn run(sc: &Scenario) -> Outcome {
     let mut tick_state: Vec<(u64, u64)> = vec![(t0, 0); sc.containers.len()];
     // Debugging switches, read once per run. VSIM_ALIGN=1: every container's span is the last
     // whole 20 ms cell of a common grid (identical observations for all; the real sensors cannot
-    // do that, see docs/design.md "Burst": what the span's phase does to the split).
+    // do that, see docs/design.md "Burst", what the rule leaves).
     // VSIM_UNRESOLVED=<container>: its host PIDs never resolve (two containers that start together
     // on the real simulator), so every busy PID looks foreign to it. VSIM_NO_EFF: no efficiency.
     let align = std::env::var("VSIM_ALIGN").is_ok();
