@@ -15,6 +15,7 @@
 mod array;
 mod context;
 mod counting;
+mod cuda13;
 mod device;
 mod drivercost;
 mod exports;

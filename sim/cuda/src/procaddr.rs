@@ -47,6 +47,16 @@ pub(crate) fn rows() -> Vec<(&'static str, u32, bool, &'static str)> {
 
 /// Resolve (name, version, flags) → function, or (CUresult, symbolStatus).
 pub(crate) fn lookup(name: &str, ver: i32, flags: u64) -> Result<*const c_void, (CUresult, i32)> {
+    // A driver knows no ABI newer than itself: a 12.9 driver answers a 13.0 request with its
+    // newest variant.
+    lookup_at(name, ver.min(driver_version()), flags)
+}
+
+fn driver_version() -> i32 {
+    crate::state_opt().map(|s| s.driver_version()).unwrap_or(12090)
+}
+
+fn lookup_at(name: &str, ver: i32, flags: u64) -> Result<*const c_void, (CUresult, i32)> {
     let Some(cands) = table().get(name) else {
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     };
@@ -160,7 +170,7 @@ mod tests {
     }
 
     fn sym_of(name: &str, ver: i32, flags: u64) -> Result<&'static str, (CUresult, i32)> {
-        let f = lookup(name, ver, flags)?;
+        let f = lookup_at(name, ver, flags)?;
         Ok(crate::exports::entries().into_iter().find(|e| e.f == f).unwrap().sym)
     }
 
@@ -183,7 +193,17 @@ mod tests {
         assert_eq!(sym_of("cuCtxCreate", 3020, 0), Ok("cuCtxCreate_v2"));
         assert_eq!(sym_of("cuCtxCreate", 11040, 0), Ok("cuCtxCreate_v3"));
         assert_eq!(sym_of("cuCtxCreate", 12050, 0), Ok("cuCtxCreate_v4"));
-        assert_eq!(sym_of("cuStreamGetCaptureInfo", 12030, 2), Ok("cuStreamGetCaptureInfo_v2_ptsz"));
+        assert_eq!(sym_of("cuStreamGetCaptureInfo", 12030, 2), Ok("cuStreamGetCaptureInfo_v3_ptsz"));
+        assert_eq!(sym_of("cuStreamGetCaptureInfo", 11030, 2), Ok("cuStreamGetCaptureInfo_v2_ptsz"));
+        assert_eq!(sym_of("cuCtxGetDevice", 12090, 0), Ok("cuCtxGetDevice"));
+        assert_eq!(sym_of("cuCtxGetDevice", 13000, 0), Ok("cuCtxGetDevice_v2"));
+        assert_eq!(sym_of("cuCtxSynchronize", 13050, 0), Ok("cuCtxSynchronize_v2"));
+        assert_eq!(sym_of("cuMemPrefetchAsync", 12020, 2), Ok("cuMemPrefetchAsync_v2_ptsz"));
+        assert_eq!(sym_of("cuMemPrefetchAsync", 8000, 0), Ok("cuMemPrefetchAsync"));
+        assert_eq!(sym_of("cuLaunchHostFunc", 13000, 0), Ok("cuLaunchHostFunc"));
+        assert_eq!(sym_of("cuLaunchHostFunc", 13010, 2), Ok("cuLaunchHostFunc_v2_ptsz"));
+        assert_eq!(sym_of("cuMemcpyBatchAsync", 12090, 0), Ok("cuMemcpyBatchAsync"));
+        assert_eq!(sym_of("cuMemcpyBatchAsync", 13000, 0), Ok("cuMemcpyBatchAsync_v2"));
         assert_eq!(sym_of("cuStreamGetCaptureInfo", 10010, 0), Ok("cuStreamGetCaptureInfo"));
         assert_eq!(sym_of("cuEventElapsedTime", 12000, 0), Ok("cuEventElapsedTime"));
         assert_eq!(sym_of("cuEventElapsedTime", 12080, 0), Ok("cuEventElapsedTime_v2"));
