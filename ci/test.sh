@@ -10,6 +10,8 @@ ci/deps.sh
 VGPU_PYTHON="$(ci/venv.sh 12)"
 export VGPU_PYTHON
 ci/venv.sh 13 >/dev/null
+# The committed cuGetProcAddress threshold table matches NVIDIA's 12.9 and 13.x headers.
+"$VGPU_PYTHON" ci/gen-pfn-table.py --check
 # Formatting and lint gate (rustfmt.toml; the format-only commit is in .git-blame-ignore-revs).
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings

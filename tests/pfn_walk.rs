@@ -1,0 +1,146 @@
+//! Every `cuGetProcAddress` threshold of NVIDIA's CUDA 12.9 and 13.x headers
+//! (`cuda_types::pfn_table`, generated from their `PFN_<name>_v<version>` typedefs) looked up at
+//! its own version, with flags 2 for the `_ptds`/`_ptsz` variants, the way libcudart looks them
+//! up (`tests/c/pfn_walk.c`: through the pointer returned for `"cuGetProcAddress"` @ 12000), on a
+//! simulated driver reporting 12090 and one reporting 13050:
+//! - without the shim, the driver answers each threshold it implements with exactly the symbol of
+//!   that ABI, and never with a newer ABI than its own version;
+//! - with the shim, each lookup returns what the driver returned, except that a symbol the shim
+//!   exports (a wrapped function) comes back as the shim's export of that same symbol: never a
+//!   wrapper for another ABI, never a wrapper where the driver found nothing.
+
+mod common;
+use common::*;
+use cuda_types::pfn_table::{PFN_ROWS, PerThread, PfnRow};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Look {
+    rc: i32,
+    lib: String,
+    sym: String,
+}
+
+fn flags(r: &PfnRow) -> u64 {
+    if r.per_thread == PerThread::No { 0 } else { 2 }
+}
+
+fn key(r: &PfnRow) -> (String, u32, u64) {
+    (r.name.to_string(), r.version, flags(r))
+}
+
+fn defined_symbols(lib: &Path) -> BTreeSet<String> {
+    let nm = tool("nm", &[OsStr::new("-D"), OsStr::new("--defined-only"), lib.as_os_str()]);
+    nm.lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap().to_string()).collect()
+}
+
+fn walk(sb: &Sandbox, shim: bool, driver: &str, rows: &Path) -> (String, BTreeMap<(String, u32, u64), Look>) {
+    let prog = c_program("pfn_walk", &["pfn_walk.c"], &["-ldl"]);
+    let out = sb.run(prog).arg(rows).shim(shim).env("VGPU_SIM_DRIVER_VERSION", driver).timeout_secs(60).go();
+    out.ok();
+    let mut via = String::new();
+    let mut m = BTreeMap::new();
+    for line in out.stdout.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["via", lib, sym] => via = format!("{lib} {sym}"),
+            [name, ver, fl, rc, lib, sym] => {
+                let look = Look { rc: rc.parse().unwrap(), lib: lib.to_string(), sym: sym.to_string() };
+                m.insert((name.to_string(), ver.parse().unwrap(), fl.parse().unwrap()), look);
+            }
+            _ => panic!("unexpected line {line:?}\n{}", out.dump()),
+        }
+    }
+    (via, m)
+}
+
+fn walk_at(driver: &str) {
+    let a = artifacts();
+    let sb = Sandbox::new(&format!("pfn-walk-{driver}"));
+    let driver_ver: u32 = driver.parse().unwrap();
+    let rows_file = sb.dir.join("rows");
+    let mut text = String::new();
+    let mut seen = BTreeSet::new();
+    for r in PFN_ROWS {
+        if seen.insert(key(r)) {
+            text.push_str(&format!("{} {} {}\n", r.name, r.version, flags(r)));
+        }
+    }
+    std::fs::write(&rows_file, text).unwrap();
+
+    let shim_file = a.shim.file_name().unwrap().to_string_lossy().to_string();
+    let wrapped = defined_symbols(&a.shim);
+    let sim_syms = defined_symbols(&std::fs::canonicalize(a.simlib.join("libcuda.so.1")).unwrap());
+
+    let (via0, bare) = walk(&sb, false, driver, &rows_file);
+    let (via1, shimmed) = walk(&sb, true, driver, &rows_file);
+    assert_eq!(via0, "libcuda.so.1 cuGetProcAddress_v2");
+    assert_eq!(via1, format!("{shim_file} cuGetProcAddress_v2"), "the walk must run through the shim's wrapper");
+    assert_eq!(bare.len(), seen.len());
+    assert_eq!(shimmed.len(), seen.len());
+
+    let mut bad = Vec::new();
+    let (mut n_wrapped, mut n_forwarded, mut n_missing) = (0, 0, 0);
+    let mut handed_out = BTreeSet::new();
+    for r in PFN_ROWS {
+        let k = key(r);
+        let b = &bare[&k];
+        let s = &shimmed[&k];
+        // The driver: the exact ABI of each threshold it knows, nothing newer than itself.
+        if r.version <= driver_ver && sim_syms.contains(r.symbol) && (b.rc != 0 || b.sym != r.symbol) {
+            bad.push(format!("{k:?}: driver returned {b:?}, expected {}", r.symbol));
+        }
+        if r.version > driver_ver && b.rc == 0 && b.sym == r.symbol {
+            bad.push(format!("{k:?}: a {driver} driver handed out the newer ABI {}", r.symbol));
+        }
+        // The shim: the driver's answer, with a wrapped symbol replaced by our export of it.
+        if s.rc != b.rc {
+            bad.push(format!("{k:?}: rc {} under the shim, {} without", s.rc, b.rc));
+            continue;
+        }
+        if b.rc != 0 {
+            n_missing += 1;
+            if s.lib != "-" {
+                bad.push(format!("{k:?}: the shim substituted {s:?} where the driver found nothing"));
+            }
+            continue;
+        }
+        let expect = if wrapped.contains(&b.sym) {
+            n_wrapped += 1;
+            handed_out.insert(b.sym.clone());
+            Look { rc: 0, lib: shim_file.clone(), sym: b.sym.clone() }
+        } else {
+            n_forwarded += 1;
+            b.clone()
+        };
+        if *s != expect {
+            bad.push(format!("{k:?}: under the shim {s:?}, expected {expect:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "driver {driver}: {} of {} lookups wrong:\n{}", bad.len(), PFN_ROWS.len(), bad.join("\n"));
+
+    // Every driver function the shim wraps that this driver has is reachable through some threshold.
+    let unreachable: Vec<&String> = wrapped
+        .iter()
+        .filter(|w| w.starts_with("cu") && sim_syms.contains(*w) && !handed_out.contains(*w))
+        .filter(|w| PFN_ROWS.iter().any(|r| r.symbol == w.as_str() && r.version <= driver_ver))
+        .collect();
+    assert!(unreachable.is_empty(), "driver {driver}: wrapped but never handed out: {unreachable:?}");
+    assert!(n_wrapped > 50 && n_forwarded > 100, "wrapped {n_wrapped}, forwarded {n_forwarded}");
+    eprintln!(
+        "driver {driver}: {} thresholds: {n_wrapped} wrapped, {n_forwarded} forwarded, {n_missing} not found",
+        seen.len()
+    );
+}
+
+#[test]
+fn every_pfn_threshold_on_a_12_9_driver() {
+    walk_at("12090");
+}
+
+#[test]
+fn every_pfn_threshold_on_a_13_5_driver() {
+    walk_at("13050");
+}
