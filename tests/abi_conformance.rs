@@ -341,6 +341,89 @@ fn prototypes_match_nvidia() {
     report(&format!("prototypes + PFN typedefs vs NVIDIA ({})", h.source), n_cuda + n_nvml);
 }
 
+/// Every `cuGetProcAddress` threshold of the generated table (`cuda_types::pfn_table`) whose
+/// symbol we declare: our prototype of that symbol has exactly the type of NVIDIA's
+/// `PFN_<name>_v<version>` typedef (`cudaTypedefs.h`, 12.9, all ABI versions declared), checked by
+/// `_Static_assert`. With the shim's compile-time checks (each wrapper's signature is our
+/// prototype's, each wrapped symbol is a threshold of the table) this proves each wrapper has the
+/// ABI the driver's pointer has for every (name, version, flags) it is handed out for. The
+/// generator refuses a threshold whose parameter list differs between 12.9 and 13.x, so the 12.9
+/// typedefs also stand for the 13.x ones; a threshold only 13.x lists must not be one we wrap.
+#[test]
+fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
+    use cuda_types::pfn_table::{IN_12_9, PFN_ROWS, PerThread};
+    let h = nvidia_headers();
+    assert!(
+        h.cuda_dir.join("cudaTypedefs.h").is_file(),
+        "no cudaTypedefs.h next to NVIDIA's cuda.h in {} ({})",
+        h.cuda_dir.display(),
+        h.source
+    );
+    let funcs = func_rows("cuda");
+    let ours: BTreeSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    let dir = work_dir("pfn-thresholds");
+    let mut src = String::from("#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n#include <cudaTypedefs.h>\n");
+    // Drop NVIDIA's renaming macros: of the functions (cuMemAlloc -> cuMemAlloc_v2) and of the
+    // PFN names (PFN_cuMemAdvise -> PFN_cuMemAdvise_v12020), which would rename our own
+    // `PFN_<symbol>` typedefs.
+    for f in &funcs {
+        let _ = writeln!(src, "#undef {n}\n#undef PFN_{n}", n = f.name);
+    }
+    src.push_str("#define VGPU_PROTOTYPES_ONLY 1\n#include \"vgpu_cuda.h\"\n");
+    let mut n = 0;
+    let mut checked = BTreeSet::new();
+    let mut only_13 = Vec::new();
+    for r in PFN_ROWS.iter().filter(|r| ours.contains(r.symbol)) {
+        // The one row that is no typedef: cuGraphInstantiate @ 12000 (cuda.h's renaming).
+        if r.name == "cuGraphInstantiate" && r.symbol == "cuGraphInstantiateWithFlags" {
+            continue;
+        }
+        if r.headers & IN_12_9 == 0 {
+            only_13.push(format!("{}@{} ({})", r.name, r.version, r.symbol));
+            continue;
+        }
+        let suffix = match r.per_thread {
+            PerThread::No => "",
+            PerThread::Ptds => "_ptds",
+            PerThread::Ptsz => "_ptsz",
+        };
+        let _ = writeln!(
+            src,
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{s}), PFN_{n}_v{v}{suffix}), \"{s} is not PFN_{n}_v{v}{suffix}\");",
+            s = r.symbol,
+            n = r.name,
+            v = r.version
+        );
+        checked.insert(r.symbol);
+        n += 1;
+    }
+    assert!(only_13.is_empty(), "thresholds only CUDA 13.x lists, for symbols we declare: {only_13:?}");
+    let c = dir.join("pfn_thresholds.c");
+    std::fs::write(&c, &src).unwrap();
+    let mut args: Vec<String> = C_FLAGS.iter().map(|s| s.to_string()).collect();
+    args.extend(includes_nvidia(h));
+    args.extend(includes_ours());
+    args.extend(["-fsyntax-only".into(), c.display().to_string()]);
+    compile(&cc(), &args).unwrap_or_else(|e| panic!("a prototype differs from its PFN threshold type:\n{e}"));
+
+    // Sanity: a wrong pairing (the v1 ABI against the v2 typedef) is caught.
+    let bad = dir.join("negative.c");
+    let neg = format!(
+        "{src}_Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxCreate_v2), PFN_cuCtxCreate_v12050), \"x\");\n"
+    );
+    std::fs::write(&bad, neg).unwrap();
+    let mut nargs = args.clone();
+    *nargs.last_mut().unwrap() = bad.display().to_string();
+    assert!(compile(&cc(), &nargs).is_err(), "a wrong PFN pairing compiled: the check is toothless");
+
+    // Every driver function the shim exports (wraps) was among them.
+    let text = std::fs::read_to_string(repo().join("tests/expected_exports.txt")).unwrap();
+    let unchecked: Vec<&str> =
+        text.lines().map(str::trim).filter(|l| l.starts_with("cu") && !checked.contains(l)).collect();
+    assert!(unchecked.is_empty(), "shim exports with no PFN threshold checked: {unchecked:?}");
+    report(&format!("declared symbols vs PFN threshold typedefs ({})", h.source), n);
+}
+
 #[test]
 fn rust_bindings_match_table() {
     let rows = abi_rust_rows();
