@@ -94,6 +94,13 @@ def norm(params):
     return " ".join(params.replace("\n", " ").split())
 
 
+def cuda_version(inc):
+    m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", (inc / "cuda.h").read_text(errors="replace"), re.M)
+    if not m:
+        sys.exit(f"gen-pfn-table: no CUDA_VERSION in {inc / 'cuda.h'}")
+    return int(m.group(1))
+
+
 def parse_release(inc):
     """({(name, version, suffix): normalized parameter list}, {key: prototype header or None})"""
     rows, proto = {}, {}
@@ -141,6 +148,7 @@ def symbols(keys):
 def generate():
     merged = {}  # key -> (params, bits)
     versions = []
+    newest = 0
     for tag, bit, spec, prefix, env in RELEASES:
         override = os.environ.get(env)
         if override:
@@ -151,6 +159,7 @@ def generate():
         else:
             inc, ver = fetch(spec, prefix)
         versions.append(ver)
+        newest = max(newest, cuda_version(inc))
         rows, proto = parse_release(inc)
         if len(rows) < 300:
             sys.exit(f"gen-pfn-table: only {len(rows)} PFN typedefs in {inc}")
@@ -199,6 +208,9 @@ def generate():
         "",
         "pub const IN_12_9: u8 = 1;",
         "pub const IN_13: u8 = 2;",
+        "",
+        "/// `CUDA_VERSION` of the newest headers read: thresholds above it are unknown to the table.",
+        f"pub const HEADERS_VERSION: u32 = {newest};",
         "",
         f"/// {len(rows)} rows, sorted by (name, version, variant).",
         "pub const PFN_ROWS: &[PfnRow] = &[",

@@ -8,6 +8,10 @@
 //! - with the shim, each lookup returns what the driver returned, except that a symbol the shim
 //!   exports (a wrapped function) comes back as the shim's export of that same symbol: never a
 //!   wrapper for another ABI, never a wrapper where the driver found nothing.
+//!
+//! And once more on a driver whose `cuGetProcAddress` hands out unexported thunks instead of its
+//! exported functions (`VGPU_SIM_PROCADDR_THUNKS=1`): the shim then matches by NVIDIA's
+//! thresholds, and must still hand out exactly the wrapper of the ABI the driver answered with.
 
 mod common;
 use common::*;
@@ -36,9 +40,18 @@ fn defined_symbols(lib: &Path) -> BTreeSet<String> {
     nm.lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap().to_string()).collect()
 }
 
-fn walk(sb: &Sandbox, shim: bool, driver: &str, rows: &Path) -> (String, BTreeMap<(String, u32, u64), Look>) {
+type Walk = BTreeMap<(String, u32, u64), Look>;
+
+fn walk(sb: &Sandbox, shim: bool, driver: &str, rows: &Path, thunks: bool) -> (String, Walk) {
     let prog = c_program("pfn_walk", &["pfn_walk.c"], &["-ldl"]);
-    let out = sb.run(prog).arg(rows).shim(shim).env("VGPU_SIM_DRIVER_VERSION", driver).timeout_secs(60).go();
+    let out = sb
+        .run(prog)
+        .arg(rows)
+        .shim(shim)
+        .env("VGPU_SIM_DRIVER_VERSION", driver)
+        .env("VGPU_SIM_PROCADDR_THUNKS", if thunks { "1" } else { "0" })
+        .timeout_secs(60)
+        .go();
     out.ok();
     let mut via = String::new();
     let mut m = BTreeMap::new();
@@ -56,10 +69,8 @@ fn walk(sb: &Sandbox, shim: bool, driver: &str, rows: &Path) -> (String, BTreeMa
     (via, m)
 }
 
-fn walk_at(driver: &str) {
-    let a = artifacts();
-    let sb = Sandbox::new(&format!("pfn-walk-{driver}"));
-    let driver_ver: u32 = driver.parse().unwrap();
+/// The rows file (one line per distinct lookup) and the number of lookups.
+fn rows_file(sb: &Sandbox) -> (std::path::PathBuf, usize) {
     let rows_file = sb.dir.join("rows");
     let mut text = String::new();
     let mut seen = BTreeSet::new();
@@ -69,17 +80,25 @@ fn walk_at(driver: &str) {
         }
     }
     std::fs::write(&rows_file, text).unwrap();
+    (rows_file, seen.len())
+}
+
+fn walk_at(driver: &str) {
+    let a = artifacts();
+    let sb = Sandbox::new(&format!("pfn-walk-{driver}"));
+    let driver_ver: u32 = driver.parse().unwrap();
+    let (rows_file, n_lookups) = rows_file(&sb);
 
     let shim_file = a.shim.file_name().unwrap().to_string_lossy().to_string();
     let wrapped = defined_symbols(&a.shim);
     let sim_syms = defined_symbols(&std::fs::canonicalize(a.simlib.join("libcuda.so.1")).unwrap());
 
-    let (via0, bare) = walk(&sb, false, driver, &rows_file);
-    let (via1, shimmed) = walk(&sb, true, driver, &rows_file);
+    let (via0, bare) = walk(&sb, false, driver, &rows_file, false);
+    let (via1, shimmed) = walk(&sb, true, driver, &rows_file, false);
     assert_eq!(via0, "libcuda.so.1 cuGetProcAddress_v2");
     assert_eq!(via1, format!("{shim_file} cuGetProcAddress_v2"), "the walk must run through the shim's wrapper");
-    assert_eq!(bare.len(), seen.len());
-    assert_eq!(shimmed.len(), seen.len());
+    assert_eq!(bare.len(), n_lookups);
+    assert_eq!(shimmed.len(), n_lookups);
 
     let mut bad = Vec::new();
     let (mut n_wrapped, mut n_forwarded, mut n_missing) = (0, 0, 0);
@@ -130,8 +149,7 @@ fn walk_at(driver: &str) {
     assert!(unreachable.is_empty(), "driver {driver}: wrapped but never handed out: {unreachable:?}");
     assert!(n_wrapped > 50 && n_forwarded > 100, "wrapped {n_wrapped}, forwarded {n_forwarded}");
     eprintln!(
-        "driver {driver}: {} thresholds: {n_wrapped} wrapped, {n_forwarded} forwarded, {n_missing} not found",
-        seen.len()
+        "driver {driver}: {n_lookups} thresholds: {n_wrapped} wrapped, {n_forwarded} forwarded, {n_missing} not found"
     );
 }
 
@@ -143,4 +161,54 @@ fn every_pfn_threshold_on_a_12_9_driver() {
 #[test]
 fn every_pfn_threshold_on_a_13_5_driver() {
     walk_at("13050");
+}
+
+/// The driver hands out thunks: no returned address is an exported symbol, so the shim matches by
+/// threshold. Each lookup must yield the wrapper of exactly the symbol the same driver answers with
+/// when it hands out its exported functions, and the driver's own thunk for everything else.
+#[test]
+fn every_pfn_threshold_on_a_driver_handing_out_thunks() {
+    let a = artifacts();
+    let driver = "13050";
+    let sb = Sandbox::new("pfn-walk-thunks");
+    let (rows_file, n_lookups) = rows_file(&sb);
+    let shim_file = a.shim.file_name().unwrap().to_string_lossy().to_string();
+    let wrapped = defined_symbols(&a.shim);
+
+    let (_, plain) = walk(&sb, false, driver, &rows_file, false);
+    let (via0, bare) = walk(&sb, false, driver, &rows_file, true);
+    let (via1, shimmed) = walk(&sb, true, driver, &rows_file, true);
+    assert_eq!(via0, "libcuda.so.1 -", "the driver's own lookup of cuGetProcAddress is a thunk");
+    assert_eq!(via1, format!("{shim_file} cuGetProcAddress_v2"), "the shim's wrapper, found by threshold");
+    assert_eq!(shimmed.len(), n_lookups);
+
+    let mut bad = Vec::new();
+    let mut n_wrapped = 0;
+    for (k, p) in &plain {
+        let (b, s) = (&bare[k], &shimmed[k]);
+        if b.rc != p.rc || s.rc != p.rc {
+            bad.push(format!("{k:?}: rc {} plain, {} thunks, {} thunks under the shim", p.rc, b.rc, s.rc));
+            continue;
+        }
+        if p.rc != 0 {
+            if s.lib != "-" {
+                bad.push(format!("{k:?}: the shim substituted {s:?} where the driver found nothing"));
+            }
+            continue;
+        }
+        if b.lib != "libcuda.so.1" || b.sym != "-" {
+            bad.push(format!("{k:?}: the thunk driver returned {b:?}"));
+        }
+        let expect = if wrapped.contains(&p.sym) {
+            n_wrapped += 1;
+            Look { rc: 0, lib: shim_file.clone(), sym: p.sym.clone() }
+        } else {
+            b.clone()
+        };
+        if *s != expect {
+            bad.push(format!("{k:?}: under the shim {s:?}, expected {expect:?} (the driver's ABI is {})", p.sym));
+        }
+    }
+    assert!(bad.is_empty(), "{} of {n_lookups} lookups wrong:\n{}", bad.len(), bad.join("\n"));
+    assert!(n_wrapped > 50, "wrapped {n_wrapped}");
 }

@@ -86,6 +86,7 @@ per_cuda_major!(
     cuda_bindings_without_shim_sees_the_whole_device,
     cuda_bindings_init_contexts_and_meminfo,
     cuda_bindings_allocate_to_the_limit_then_oom,
+    cuda_bindings_limit_holds_when_the_driver_hands_out_thunks,
     cuda_bindings_async_and_managed_allocations_are_counted,
     cuda_bindings_pool_allocations_are_counted,
     cuda_bindings_module_and_kernel_launch,
@@ -162,6 +163,26 @@ fn cuda_bindings_allocate_to_the_limit_then_oom(cuda: Cuda) {
     assert!(rfull <= LIMIT, "the region never shows more than the limit: {rfull}\n{}", out.dump());
     assert_eq!(u64_of(&out, "region_used_after"), r0, "{}", out.dump());
     expect(&out, "done", "1");
+    out.assert_no_shim_errors();
+}
+
+/// The same fill on a driver whose cuGetProcAddress hands out unexported thunks (no address
+/// matches an exported symbol): the shim finds its wrappers by NVIDIA's version thresholds, so the
+/// limit holds and the allocations went through its hooks.
+fn cuda_bindings_limit_holds_when_the_driver_hands_out_thunks(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-thunks");
+    let out = py(&sb, "cuda_client.py", cuda)
+        .args(["fill", "128"])
+        .env("VGPU_SIM_PROCADDR_THUNKS", "1")
+        .env("LIBCUDA_LOG_LEVEL", "4")
+        .go();
+    out.ok();
+    assert_eq!(u64_of(&out, "total"), LIMIT, "{}", out.dump());
+    expect(&out, "big_alloc", CUDA_ERROR_OUT_OF_MEMORY);
+    expect(&out, "filled_to_limit", "1");
+    expect(&out, "next_alloc", CUDA_ERROR_OUT_OF_MEMORY);
+    expect(&out, "free_all", CUDA_SUCCESS);
+    out.assert_hooked(&["cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2"]);
     out.assert_no_shim_errors();
 }
 

@@ -25,6 +25,9 @@ pub struct PfnRow {
 pub const IN_12_9: u8 = 1;
 pub const IN_13: u8 = 2;
 
+/// `CUDA_VERSION` of the newest headers read: thresholds above it are unknown to the table.
+pub const HEADERS_VERSION: u32 = 13050;
+
 /// 725 rows, sorted by (name, version, variant).
 pub const PFN_ROWS: &[PfnRow] = &[
     PfnRow { name: "cuArray3DCreate", version: 2000, per_thread: PerThread::No, symbol: "cuArray3DCreate", headers: 3 },

@@ -2,7 +2,9 @@
 //! `cuGetProcAddress` answers with it (and `[ptds]` for the per-thread default-stream variant), the
 //! exported symbol with its C signature, and the body. The `exports!` macro emits every function
 //! (unmangled, with its own call counter) and the `cuGetProcAddress` table from the same list, so
-//! the table address of a variant is exactly its `dlsym` address.
+//! the table address of a variant is exactly its `dlsym` address (or, with
+//! `VGPU_SIM_PROCADDR_THUNKS=1`, the address of an unexported thunk forwarding to it, as a driver
+//! that hands out other addresses than its symbols would).
 #![allow(non_snake_case)]
 
 use crate::procaddr::Entry;
@@ -22,6 +24,19 @@ macro_rules! exports {
             }
         )*
 
+        /// A second, unexported entry point per function (`VGPU_SIM_PROCADDR_THUNKS=1`: what
+        /// `cuGetProcAddress` hands out then), forwarding to the exported one.
+        mod thunk {
+            use super::*;
+            $(
+                #[allow(clippy::too_many_arguments)]
+                #[inline(never)]
+                pub(super) unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
+                    unsafe { super::$name($($a),*) }
+                }
+            )*
+        }
+
         pub(crate) fn entries() -> Vec<Entry> {
             vec![$( Entry {
                 base: $base,
@@ -29,6 +44,7 @@ macro_rules! exports {
                 ptds: exports!(@pt $($pt)?),
                 sym: stringify!($name),
                 f: $name as *const c_void,
+                thunk: thunk::$name as *const c_void,
             } ),*]
         }
     };

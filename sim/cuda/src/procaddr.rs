@@ -15,6 +15,8 @@ pub(crate) struct Entry {
     pub ptds: bool,
     pub sym: &'static str,
     pub f: *const c_void,
+    /// The unexported thunk handed out instead of `f` with `VGPU_SIM_PROCADDR_THUNKS=1`.
+    pub thunk: *const c_void,
 }
 
 struct Table(HashMap<&'static str, Vec<Entry>>);
@@ -26,10 +28,11 @@ fn table() -> &'static HashMap<&'static str, Vec<Entry>> {
     &T.get_or_init(|| {
         let mut m: HashMap<&'static str, Vec<Entry>> = HashMap::new();
         let entries = crate::exports::entries();
-        let by_sym: HashMap<&str, *const c_void> = entries.iter().map(|e| (e.sym, e.f)).collect();
+        let by_sym: HashMap<&str, (*const c_void, *const c_void)> =
+            entries.iter().map(|e| (e.sym, (e.f, e.thunk))).collect();
         let aliases: Vec<Entry> = crate::exports::ALIASES
             .iter()
-            .map(|&(base, ver, sym)| Entry { base, ver, ptds: false, sym, f: by_sym[sym] })
+            .map(|&(base, ver, sym)| Entry { base, ver, ptds: false, sym, f: by_sym[sym].0, thunk: by_sym[sym].1 })
             .collect();
         for e in entries.into_iter().chain(aliases) {
             m.entry(e.base).or_default().push(e);
@@ -67,6 +70,7 @@ fn lookup_at(name: &str, ver: i32, flags: u64) -> Result<*const c_void, (CUresul
         best(false)
     };
     match pick {
+        Some(e) if knobs().procaddr_thunks => Ok(e.thunk),
         Some(e) => Ok(e.f),
         None => Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)),
     }
@@ -166,6 +170,10 @@ mod tests {
         let entries = crate::exports::entries();
         let addrs: HashSet<usize> = entries.iter().map(|e| e.f as usize).collect();
         assert_eq!(addrs.len(), entries.len());
+        // And every thunk is another one.
+        let thunks: HashSet<usize> = entries.iter().map(|e| e.thunk as usize).collect();
+        assert_eq!(thunks.len(), entries.len());
+        assert!(thunks.is_disjoint(&addrs));
         assert!(entries.len() > 150);
     }
 
