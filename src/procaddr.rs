@@ -45,21 +45,33 @@ fn driver_version() -> c_int {
         return v;
     }
     let mut d: c_int = 0;
+    // SAFETY: the driver's cuDriverGetVersion (valid before cuInit), given a valid out-pointer.
     let ok = crate::driver::cuDriverGetVersion().is_some_and(|f| unsafe { f(&mut d) } == CUDA_SUCCESS);
     let d = if ok { d.max(0) } else { 0 };
     V.store(d, Ordering::Relaxed);
     d
 }
 
-/// Our hook for the symbol the driver answers (`name`, `version`, `flags`) with, by NVIDIA's
-/// thresholds; only for a symbol we wrap and the driver exports.
-fn hook_by_threshold(name: &[u8], version: c_int, flags: u64) -> Option<*mut c_void> {
+/// `p` is the start of a symbol some loaded object exports (then that symbol says which function
+/// it is, and no table is needed to know it).
+fn is_exported_function(p: *mut c_void) -> bool {
+    // SAFETY: `Dl_info` is plain data; all-zero is a valid value for it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads `p` as an address and fills `info`.
+    let found = unsafe { libc::dladdr(p, &mut info) } != 0;
+    found && !info.dli_sname.is_null() && info.dli_saddr == p
+}
+
+/// Our hook for the symbol the driver answered (`name`, `version`, `flags`) with at `got`, by
+/// NVIDIA's thresholds: only when `got` is no exported function (a thunk), for a symbol we wrap
+/// and the driver exports.
+fn hook_by_threshold(name: &[u8], version: c_int, flags: u64, got: *mut c_void) -> Option<*mut c_void> {
     if !name.starts_with(b"cu") {
         return None;
     }
     let sym = crate::pfn_lookup::symbol_for(name, version, driver_version(), flags)?;
     let h = hooks::find(sym.as_bytes()).filter(|h| h.lib == hooks::Lib::Cuda)?;
-    if h.real_ptr().is_null() {
+    if h.real_ptr().is_null() || is_exported_function(got) {
         return None;
     }
     static SAID: AtomicBool = AtomicBool::new(false);
@@ -93,7 +105,7 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version:
     }
     // SAFETY: non-null, NUL-terminated (the contract of `cuGetProcAddress`'s `symbol`).
     let name = unsafe { CStr::from_ptr(symbol) };
-    if let Some(h) = hook_by_threshold(name.to_bytes(), cuda_version, flags) {
+    if let Some(h) = hook_by_threshold(name.to_bytes(), cuda_version, flags, got) {
         // SAFETY: as above; `h` wraps the symbol whose ABI the driver answered this lookup with.
         unsafe { *pfn = h };
         return;
