@@ -1,7 +1,7 @@
 //! Every `cuGetProcAddress` threshold of NVIDIA's CUDA 12.9 and 13.x headers
 //! (`cuda_types::pfn_table`, generated from their `PFN_<name>_v<version>` typedefs) looked up at
-//! its own version, with flags 2 for the `_ptds`/`_ptsz` variants, the way libcudart looks them
-//! up (`tests/c/pfn_walk.c`: through the pointer returned for `"cuGetProcAddress"` @ 12000), on a
+//! its own version (flags 2 for the `_ptds`/`_ptsz` variants, flags 0 and 2 for the others), the
+//! way libcudart looks them up (`tests/c/pfn_walk.c`: through the pointer returned for `"cuGetProcAddress"` @ 12000), on a
 //! simulated driver reporting 12090 and one reporting 13050:
 //! - without the shim, the driver answers each threshold it implements with exactly the symbol of
 //!   that ABI, and never with a newer ABI than its own version;
