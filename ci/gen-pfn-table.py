@@ -5,6 +5,9 @@ CUDA 12.9 and 13.x, with the exported symbol that carries that ABI.
 
     ci/gen-pfn-table.py            regenerate in place (commit the result)
     ci/gen-pfn-table.py --check    fail if the committed file differs from a fresh generation
+    ci/gen-pfn-table.py --include-dir 12.9|13.x
+                                   print the include directory of that release's headers
+                                   (fetching them if needed; tests/abi_conformance.rs uses it)
 
 The headers come from NVIDIA's PyPI wheels (`nvidia-cuda-runtime-cu12==12.9.*`,
 `nvidia-cuda-runtime==13.*`), fetched once with `pip download --no-deps` into
@@ -228,7 +231,15 @@ def generate():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--include-dir", choices=[r[0] for r in RELEASES])
     a = ap.parse_args()
+    if a.include_dir:
+        tag, _, spec, prefix, env = next(r for r in RELEASES if r[0] == a.include_dir)
+        if os.environ.get(env):
+            print(sorted({p.parent for p in Path(os.environ[env]).rglob("cudaTypedefs.h")})[0])
+        else:
+            print(fetch(spec, prefix)[0])
+        return
     text = generate()
     if a.check:
         if not OUT.is_file() or OUT.read_text() != text:
