@@ -113,11 +113,19 @@ fn cuda_bindings_without_shim_sees_the_whole_device(cuda: Cuda) {
 /// as total in both contexts; cuDeviceTotalMem shows the same view.
 fn cuda_bindings_init_contexts_and_meminfo(cuda: Cuda) {
     let sb = cuda.sandbox("rc-cb-init");
-    let out = py(&sb, "cuda_client.py", cuda).arg("init").go();
+    let out = py(&sb, "cuda_client.py", cuda).arg("init").env("LIBCUDA_LOG_LEVEL", "4").go();
     out.ok();
     for k in ["init", "primary_ctx_retain", "ctx_set_current", "ctx_create", "ctx_destroy", "primary_ctx_release"] {
         expect(&out, k, CUDA_SUCCESS);
     }
+    // The bindings' cuCtxCreate is the v2 ABI in 12.x and the v4 ABI in 13.x: the shim's wrapper of
+    // exactly that ABI ran, and the driver saw that variant.
+    let create = match cuda {
+        Cuda::V12 => "cuCtxCreate_v2",
+        Cuda::V13 => "cuCtxCreate_v4",
+    };
+    out.assert_hooked(&[create, "cuDevicePrimaryCtxRetain", "cuMemGetInfo_v2"]);
+    assert_eq!(sb.counts().get(create), Some(&1), "{create}: {:?}", sb.counts());
     expect(&out, "driver_version", cuda.driver_version());
     expect(&out, "created_device", "0");
     if let Cuda::V13 = cuda {
