@@ -91,6 +91,7 @@ per_cuda_major!(
     cuda_bindings_pool_allocations_are_counted,
     cuda_bindings_module_and_kernel_launch,
     cuda_bindings_library_kernel_path,
+    cuda_bindings_graph_add_node_on_the_simulated_driver,
     pynvml_devices_memory_and_processes,
     python_and_c_processes_share_one_limit_python_holds,
     python_and_c_processes_share_one_limit_c_holds,
@@ -280,6 +281,28 @@ fn cuda_bindings_library_kernel_path(cuda: Cuda) {
     assert_eq!(counts.get(advise), Some(&1), "{advise}: {counts:?}");
     assert_eq!(counts.get(prefetch), Some(&2), "{prefetch}: {counts:?}");
     out.assert_no_shim_errors();
+}
+
+/// The simulated driver's cuGraphAddNode (each bindings major asks for its own ABI): a
+/// memory-allocation node and a kernel node after it, instantiated and launched; the graph's
+/// allocation shows in cuMemGetInfo. Without the shim: this is the driver's behaviour the shim
+/// sees.
+fn cuda_bindings_graph_add_node_on_the_simulated_driver(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-graph-node");
+    let out = py(&sb, "cuda_client.py", cuda).args(["graph_node", "200"]).shim(false).go();
+    out.ok();
+    for k in ["add_alloc_node", "add_kernel_node", "instantiate", "graph_launch", "stream_sync", "graph_destroy"] {
+        expect(&out, k, CUDA_SUCCESS);
+    }
+    expect(&out, "alloc_dptr_set", "1");
+    expect(&out, "nodes", "2");
+    let d = u64_of(&out, "graph_free_delta");
+    assert!((200 * MIB..=202 * MIB).contains(&d), "graph allocation {d}\n{}", out.dump());
+    let variant = match cuda {
+        Cuda::V12 => "cuGraphAddNode",
+        Cuda::V13 => "cuGraphAddNode_v2",
+    };
+    assert_eq!(sb.counts().get(variant), Some(&2), "{variant}: {:?}", sb.counts());
 }
 
 /// A module is loaded from bytes, a kernel launched through the shim's hook, device memory round-trips.

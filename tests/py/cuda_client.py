@@ -15,6 +15,9 @@ Prints `key=value` lines (CUresult values by name, e.g. CUDA_ERROR_OUT_OF_MEMORY
   library         the runtime's kernel path: cuLibraryLoadData, cuLibraryGetKernel,
                   cuKernelGetFunction, cuLibraryGetGlobal, cuLaunchKernel; managed memory advised
                   and prefetched (13.x: the location-based ABIs)
+  graph_node [MiB] a graph built with cuGraphAddNode (12.2+; the bindings pick the newest ABI the
+                  driver has): a memory-allocation node, a kernel node after it; instantiated,
+                  launched; cuMemGetInfo before and after
   pool            cuMemPoolCreate (device location) + cuMemAllocFromPoolAsync: counted, refused
                   beyond the limit, uncounted when freed and the pool destroyed
   steps STEP...   the step language of limit_client.c (info, alloc:<MiB>, alloc:free,
@@ -285,6 +288,45 @@ def scenario_library():
     kv("done", 1)
 
 
+def scenario_graph_node(mib=200):
+    dev, _ = setup()
+    mod = ok("module_load", cu.cuModuleLoadData(IMAGE))
+    fn = ok("get_function", cu.cuModuleGetFunction(mod, KERNEL))
+    f0, _ = meminfo()
+    g = ok("graph_create", cu.cuGraphCreate(0))
+    p = cu.CUgraphNodeParams()
+    p.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEM_ALLOC
+    p.alloc.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    p.alloc.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    p.alloc.poolProps.location.id = int(dev)
+    p.alloc.bytesize = mib * MIB
+    if MAJOR >= 13:
+        alloc = ok("add_alloc_node", cu.cuGraphAddNode(g, None, None, 0, p))
+    else:
+        alloc = ok("add_alloc_node", cu.cuGraphAddNode(g, None, 0, p))
+    kv("alloc_dptr_set", int(int(p.alloc.dptr) != 0))
+    k = cu.CUgraphNodeParams()
+    k.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    k.kernel.func = fn
+    k.kernel.gridDimX, k.kernel.gridDimY, k.kernel.gridDimZ = 4, 1, 1
+    k.kernel.blockDimX, k.kernel.blockDimY, k.kernel.blockDimZ = 32, 1, 1
+    if MAJOR >= 13:
+        ok("add_kernel_node", cu.cuGraphAddNode(g, [alloc], None, 1, k))
+    else:
+        ok("add_kernel_node", cu.cuGraphAddNode(g, [alloc], 1, k))
+    kv("nodes", ok("graph_get_nodes", cu.cuGraphGetNodes(g, 0))[1])
+    ex = ok("instantiate", cu.cuGraphInstantiate(g, 0))
+    stream = ok("stream_create", cu.cuStreamCreate(0))
+    ok("graph_launch", cu.cuGraphLaunch(ex, stream))
+    ok("stream_sync", cu.cuStreamSynchronize(stream))
+    f1, _ = meminfo()
+    kv("graph_free_delta", diff(f0, f1))
+    ok("exec_destroy", cu.cuGraphExecDestroy(ex))
+    ok("graph_destroy", cu.cuGraphDestroy(g))
+    ok("stream_destroy", cu.cuStreamDestroy(stream))
+    kv("done", 1)
+
+
 def scenario_pool(mib=200):
     dev, _ = setup()
     stream = ok("stream_create", cu.cuStreamCreate(0))
@@ -409,6 +451,8 @@ def main(argv):
         scenario_module()
     elif sc == "library":
         scenario_library()
+    elif sc == "graph_node":
+        scenario_graph_node(*(int(a) for a in args))
     elif sc == "pool":
         scenario_pool(*(int(a) for a in args))
     elif sc == "steps":

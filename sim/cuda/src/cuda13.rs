@@ -1,8 +1,9 @@
 //! Entry points whose ABI changed in CUDA 12.x/13.x headers and that CUDA 13 clients request:
 //! the 13.0 context-taking `cuCtxGetDevice_v2` / `cuCtxSynchronize_v2`, location-based
 //! `cuMemAdvise_v2` / `cuMemPrefetchAsync_v2`, `cuStreamGetCaptureInfo_v3` (edge data),
-//! `cuLaunchHostFunc_v2` (sync mode), `cuMemcpyBatchAsync` (12.8 with `failIdx`, 13.0 without) and
-//! `cuLibraryGetGlobal`. Each behaves like its older sibling in the other modules.
+//! `cuLaunchHostFunc_v2` (sync mode), `cuMemcpyBatchAsync` (12.8 with `failIdx`, 13.0 without),
+//! `cuLibraryGetGlobal` and `cuGraphAddNode` (12.2, with edge data 12.3 / 13.4). Each behaves like
+//! its older sibling in the other modules.
 
 use crate::context::{ctx_entry, current};
 use crate::memory::{self, Side, find};
@@ -215,4 +216,55 @@ pub(crate) fn library_get_global(
         }
     };
     crate::module::module_get_global(dptr, bytes, m as CUmodule, name)
+}
+
+/// `CUgraphNodeParams` (256 bytes): the node type, then a union of the per-type parameter structs
+/// at offset 16.
+#[repr(C)]
+pub(crate) struct CUgraphNodeParams {
+    pub type_: u32,
+    reserved0: [i32; 3],
+    union: [u64; 29],
+    reserved2: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<CUgraphNodeParams>() == 256);
+
+const NODE_KERNEL: u32 = 0;
+const NODE_MEM_ALLOC: u32 = 10;
+const NODE_MEM_FREE: u32 = 11;
+
+/// `cuGraphAddNode` (12.2) and its `_v2`/`_v3` (edge data, 12.3 / 13.4): the node types the sim
+/// models (kernel, memory allocation, memory free) as their own `cuGraphAdd*Node`; edge data is
+/// accepted and ignored (every sim edge is a default edge). Other types: not supported.
+pub(crate) fn graph_add_node(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    if params.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: `params` is the caller's CUgraphNodeParams (the function's contract).
+    let ty = unsafe { (*params).type_ };
+    let body = unsafe { std::ptr::addr_of_mut!((*params).union) } as *mut u8;
+    match ty {
+        NODE_KERNEL => {
+            // SAFETY: the kernel member (CUDA_KERNEL_NODE_PARAMS_v3, laid out as v2) is at the union.
+            let k = unsafe { (body as *const CUDA_KERNEL_NODE_PARAMS_v2).read_unaligned() };
+            crate::graph::add_kernel_node_v2(pn, g, deps, n, &k)
+        }
+        NODE_MEM_ALLOC => crate::graph::add_mem_alloc_node(pn, g, deps, n, body as *mut CUDA_MEM_ALLOC_NODE_PARAMS),
+        NODE_MEM_FREE => {
+            // SAFETY: the free member (CUDA_MEM_FREE_NODE_PARAMS: one CUdeviceptr) is at the union.
+            let dptr = unsafe { (body as *const CUdeviceptr).read_unaligned() };
+            crate::graph::add_mem_free_node(pn, g, deps, n, dptr)
+        }
+        _ => {
+            crate::simlog!("cuGraphAddNode: node type {ty} is not modelled");
+            CUDA_ERROR_NOT_SUPPORTED
+        }
+    }
 }

@@ -478,6 +478,23 @@ exports! {
     ) {
         cuda13::memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, num_attrs, std::ptr::null_mut(), h, true)
     }
+    "cuGraphAddNode" @ 12020 => fn cuGraphAddNode(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
+    "cuGraphAddNode" @ 12030 => fn cuGraphAddNode_v2(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        let _ = edges;
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
+    "cuGraphAddNode" @ 13040 => fn cuGraphAddNode_v3(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        let _ = edges;
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
     "cuLibraryGetGlobal" @ 12000 => fn cuLibraryGetGlobal(dptr: *mut CUdeviceptr, bytes: *mut usize, lib: CUlibrary, name: *const c_char) {
         cuda13::library_get_global(dptr, bytes, lib, name)
     }
