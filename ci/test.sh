@@ -4,10 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 ci/deps.sh
-# Python venv with NVIDIA's cuda-bindings and pynvml. Its interpreter (which has pip, unlike a
-# bare Debian python3) also fetches NVIDIA's headers for the ABI conformance test.
-VGPU_PYTHON="$(ci/venv.sh)"
+# Python venvs with NVIDIA's cuda-bindings and pynvml, one per CUDA major (12.9 and 13.x; the
+# real-client tests run with both). The 12 venv's interpreter (which has pip, unlike a bare Debian
+# python3) also fetches NVIDIA's headers for the ABI conformance test.
+VGPU_PYTHON="$(ci/venv.sh 12)"
 export VGPU_PYTHON
+ci/venv.sh 13 >/dev/null
+# The committed cuGetProcAddress threshold table matches NVIDIA's 12.9 and 13.x headers.
+"$VGPU_PYTHON" ci/gen-pfn-table.py --check
 # Formatting and lint gate (rustfmt.toml; the format-only commit is in .git-blame-ignore-revs).
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -47,6 +47,7 @@ macro_rules! called {
 }
 
 called! {
+    LIBCUDA fn cuDriverGetVersion;
     LIBCUDA fn cuDeviceGetCount;
     LIBCUDA fn cuDeviceGet;
     LIBCUDA fn cuDeviceGetUuid_v2;

@@ -90,7 +90,7 @@ macro_rules! call_impl {
 macro_rules! hook_table {
     (
         table = $table:ident, lib = $lib:expr, ret = $ret:ty,
-        on_panic = $on_panic:expr, on_missing = $on_missing:expr;
+        on_panic = $on_panic:expr, on_missing = $on_missing:expr, versioned = $versioned:literal;
         $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(=> $imp:path)? ; )*
     ) => {
         /// Function types of the real functions, one per symbol: the bindgen-generated ones
@@ -103,6 +103,15 @@ macro_rules! hook_table {
         // the generated type of its symbol (a wrong width or signedness is error E0308 here; a
         // symbol without a prototype in `include/` has no `cuda_types::pfn` type and fails too).
         $( const _: cuda_types::pfn::$name = $name; )*
+
+        // Compile-time proof, one per line of a `versioned` (driver) table: the symbol is the ABI
+        // of a `PFN_<name>_v<version>` of NVIDIA's headers (`cuda_types::pfn_table`), so a wrapper
+        // is handed out only for (name, version, flags) lookups that the driver answers with it;
+        // tests/abi_conformance.rs proves our prototype of it is that PFN type.
+        $( const _: () = assert!(
+            !$versioned || cuda_types::is_pfn_symbol(stringify!($name)),
+            concat!(stringify!($name), " is no cuGetProcAddress threshold of NVIDIA's headers")
+        ); )*
 
         /// One `Hook` per symbol, named like the symbol.
         #[allow(non_upper_case_globals)]
@@ -161,7 +170,7 @@ pub mod cuda {
 
     hook_table! {
         table = CUDA_HOOKS, lib = Lib::Cuda, ret = CUresult,
-        on_panic = CUDA_ERROR_UNKNOWN, on_missing = CUDA_ERROR_NOT_INITIALIZED;
+        on_panic = CUDA_ERROR_UNKNOWN, on_missing = CUDA_ERROR_NOT_INITIALIZED, versioned = true;
 
         // Entry points.
         fn cuInit(flags: c_uint) => context::init;
@@ -246,7 +255,7 @@ pub mod nvml {
 
     hook_table! {
         table = NVML_HOOKS, lib = Lib::Nvml, ret = nvmlReturn_t,
-        on_panic = NVML_ERROR_UNKNOWN, on_missing = NVML_ERROR_LIBRARY_NOT_FOUND;
+        on_panic = NVML_ERROR_UNKNOWN, on_missing = NVML_ERROR_LIBRARY_NOT_FOUND, versioned = false;
 
         fn nvmlInit() => imp::init;
         fn nvmlInit_v2() => imp::init;

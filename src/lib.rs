@@ -19,6 +19,7 @@ mod housekeeping;
 mod launch;
 mod memory;
 mod nvml;
+mod pfn_lookup;
 mod pidprobe;
 mod procaddr;
 mod state;

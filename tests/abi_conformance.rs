@@ -341,6 +341,149 @@ fn prototypes_match_nvidia() {
     report(&format!("prototypes + PFN typedefs vs NVIDIA ({})", h.source), n_cuda + n_nvml);
 }
 
+fn pfn_suffix(p: cuda_types::pfn_table::PerThread) -> &'static str {
+    match p {
+        cuda_types::pfn_table::PerThread::No => "",
+        cuda_types::pfn_table::PerThread::Ptds => "_ptds",
+        cuda_types::pfn_table::PerThread::Ptsz => "_ptsz",
+    }
+}
+
+/// The include directory of NVIDIA's 13.x headers (`ci/gen-pfn-table.py --include-dir 13.x`,
+/// which fetches the runtime wheel into `target/nvidia-headers/pfn/` once).
+fn nvidia13_include() -> PathBuf {
+    let out = Command::new(python())
+        .arg(repo().join("ci/gen-pfn-table.py"))
+        .args(["--include-dir", "13.x"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{}`: {e}", python()));
+    assert!(
+        out.status.success(),
+        "ci/gen-pfn-table.py --include-dir 13.x failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(dir.join("cudaTypedefs.h").is_file(), "no cudaTypedefs.h in {}", dir.display());
+    dir
+}
+
+/// Every `cuGetProcAddress` threshold of the generated table (`cuda_types::pfn_table`) whose
+/// symbol we declare: our prototype of that symbol has exactly the type of NVIDIA's
+/// `PFN_<name>_v<version>` typedef (`cudaTypedefs.h`, 12.9, all ABI versions declared), checked by
+/// `_Static_assert`. With the shim's compile-time checks (each wrapper's signature is our
+/// prototype's, each wrapped symbol is a threshold of the table) this proves each wrapper has the
+/// ABI the driver's pointer has for every (name, version, flags) it is handed out for. The
+/// generator refuses a threshold whose parameter list differs between 12.9 and 13.x, so the 12.9
+/// typedefs also stand for the 13.x ones; a threshold only 13.x lists is checked against the
+/// 13.x headers.
+#[test]
+fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
+    use cuda_types::pfn_table::{IN_12_9, PFN_ROWS};
+    let h = nvidia_headers();
+    assert!(
+        h.cuda_dir.join("cudaTypedefs.h").is_file(),
+        "no cudaTypedefs.h next to NVIDIA's cuda.h in {} ({})",
+        h.cuda_dir.display(),
+        h.source
+    );
+    let funcs = func_rows("cuda");
+    let ours: BTreeSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    let dir = work_dir("pfn-thresholds");
+    let mut src = String::from("#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n#include <cudaTypedefs.h>\n");
+    // Drop NVIDIA's renaming macros: of the functions (cuMemAlloc -> cuMemAlloc_v2) and of the
+    // PFN names (PFN_cuMemAdvise -> PFN_cuMemAdvise_v12020), which would rename our own
+    // `PFN_<symbol>` typedefs.
+    for f in &funcs {
+        let _ = writeln!(src, "#undef {n}\n#undef PFN_{n}", n = f.name);
+    }
+    src.push_str("#define VGPU_PROTOTYPES_ONLY 1\n#include \"vgpu_cuda.h\"\n");
+    let mut n = 0;
+    let mut checked = BTreeSet::new();
+    let mut only_13 = Vec::new();
+    for r in PFN_ROWS.iter().filter(|r| ours.contains(r.symbol)) {
+        // The one row that is no typedef: cuGraphInstantiate @ 12000 (cuda.h's renaming).
+        if r.name == "cuGraphInstantiate" && r.symbol == "cuGraphInstantiateWithFlags" {
+            continue;
+        }
+        if r.headers & IN_12_9 == 0 {
+            only_13.push(r);
+            continue;
+        }
+        let suffix = pfn_suffix(r.per_thread);
+        let _ = writeln!(
+            src,
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{s}), PFN_{n}_v{v}{suffix}), \"{s} is not PFN_{n}_v{v}{suffix}\");",
+            s = r.symbol,
+            n = r.name,
+            v = r.version
+        );
+        checked.insert(r.symbol);
+        n += 1;
+    }
+    let c = dir.join("pfn_thresholds.c");
+    std::fs::write(&c, &src).unwrap();
+    let mut args: Vec<String> = C_FLAGS.iter().map(|s| s.to_string()).collect();
+    args.extend(includes_nvidia(h));
+    args.extend(includes_ours());
+    args.extend(["-fsyntax-only".into(), c.display().to_string()]);
+    compile(&cc(), &args).unwrap_or_else(|e| panic!("a prototype differs from its PFN threshold type:\n{e}"));
+
+    // Sanity: a wrong pairing (the v1 ABI against the v2 typedef) is caught.
+    let bad = dir.join("negative.c");
+    let neg = format!(
+        "{src}_Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxCreate_v2), PFN_cuCtxCreate_v12050), \"x\");\n"
+    );
+    std::fs::write(&bad, neg).unwrap();
+    let mut nargs = args.clone();
+    *nargs.last_mut().unwrap() = bad.display().to_string();
+    assert!(compile(&cc(), &nargs).is_err(), "a wrong PFN pairing compiled: the check is toothless");
+
+    // Thresholds only 13.x lists: our prototype text of each, against the 13.x headers (a
+    // redeclaration of NVIDIA's declaration, then the PFN type). Always run, with one 13.0 ABI
+    // written here as a control, so the 13.x path is exercised before anything needs it.
+    let mut protos = vec![(
+        "CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);".to_string(),
+        "cuCtxGetDevice_v2",
+        "PFN_cuCtxGetDevice_v13000".to_string(),
+    )];
+    let header = std::fs::read_to_string(include_dir().join("vgpu_cuda.h")).unwrap();
+    for r in &only_13 {
+        let at = header
+            .find(&format!("CUDAAPI {}(", r.symbol))
+            .unwrap_or_else(|| panic!("no prototype of {} in include/vgpu_cuda.h", r.symbol));
+        let start = header[..at].rfind('\n').map_or(0, |i| i + 1);
+        let end = at + header[at..].find(';').unwrap() + 1;
+        protos.push((
+            header[start..end].to_string(),
+            r.symbol,
+            format!("PFN_{}_v{}{}", r.name, r.version, pfn_suffix(r.per_thread)),
+        ));
+        checked.insert(r.symbol);
+    }
+    let inc13 = nvidia13_include();
+    let mut src13 =
+        String::from("#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n#include <cudaTypedefs.h>\n");
+    for (proto, sym, pfn) in &protos {
+        let _ = writeln!(
+            src13,
+            "#undef {sym}\n{proto}\n_Static_assert(__builtin_types_compatible_p(__typeof__(&{sym}), {pfn}), \"{sym} is not {pfn}\");"
+        );
+        n += 1;
+    }
+    let c13 = dir.join("pfn_thresholds_13.c");
+    std::fs::write(&c13, &src13).unwrap();
+    let mut args13: Vec<String> = C_FLAGS.iter().map(|s| s.to_string()).collect();
+    args13.extend([format!("-I{}", inc13.display()), "-fsyntax-only".into(), c13.display().to_string()]);
+    compile(&cc(), &args13).unwrap_or_else(|e| panic!("a prototype differs from its 13.x PFN threshold type:\n{e}"));
+
+    // Every driver function the shim exports (wraps) was among them.
+    let text = std::fs::read_to_string(repo().join("tests/expected_exports.txt")).unwrap();
+    let unchecked: Vec<&str> =
+        text.lines().map(str::trim).filter(|l| l.starts_with("cu") && !checked.contains(l)).collect();
+    assert!(unchecked.is_empty(), "shim exports with no PFN threshold checked: {unchecked:?}");
+    report(&format!("declared symbols vs PFN threshold typedefs ({})", h.source), n);
+}
+
 #[test]
 fn rust_bindings_match_table() {
     let rows = abi_rust_rows();

@@ -1,7 +1,10 @@
 //! Real clients we did not write, through the shim, on the simulated GPU:
-//! NVIDIA's Python driver bindings (`cuda-bindings` 12.x, `from cuda.bindings import driver`),
+//! NVIDIA's Python driver bindings (`cuda-bindings`, `from cuda.bindings import driver`),
 //! `pynvml` (`nvidia-ml-py`), and two processes of one container (one Python, one C) sharing one
-//! limit. The packages come from `ci/venv.sh` (run on first use). Scripts: `tests/py/`.
+//! limit. Every client test runs twice: in `cuda12` with cuda-bindings 12.9 + nvidia-ml-py 12 on a
+//! simulated driver reporting 12090, and in `cuda13` with cuda-bindings 13.x + nvidia-ml-py 13 on
+//! one reporting 13050. The packages come from `ci/venv.sh <major>` (run on first use). Scripts:
+//! `tests/py/`.
 //!
 //! Each test gets its own simulated GPU (`VGPU_SIM_STATE`) and region file
 //! (`CUDA_DEVICE_MEMORY_SHARED_CACHE`), both in a per-test sandbox; the container limit is
@@ -19,10 +22,39 @@ const LIMIT_MIB: u64 = 1024;
 const LIMIT: u64 = LIMIT_MIB * MIB;
 const SIM_MIB: u64 = 16384;
 
-/// A Python script of tests/py run by the venv interpreter, with the shim and the container limit.
-fn py<'a>(sb: &'a Sandbox, script: &str) -> Run<'a> {
-    sb.run(python())
+/// The CUDA major a test runs with: its venv and the driver version the simulated GPU reports.
+#[derive(Clone, Copy, Debug)]
+enum Cuda {
+    V12,
+    V13,
+}
+
+impl Cuda {
+    fn major(self) -> u32 {
+        match self {
+            Cuda::V12 => 12,
+            Cuda::V13 => 13,
+        }
+    }
+
+    fn driver_version(self) -> &'static str {
+        match self {
+            Cuda::V12 => "12090",
+            Cuda::V13 => "13050",
+        }
+    }
+
+    fn sandbox(self, name: &str) -> Sandbox {
+        Sandbox::new(&format!("{name}-{}", self.major()))
+    }
+}
+
+/// A Python script of tests/py run by the venv interpreter of `cuda`, with the shim and the
+/// container limit, on a simulated driver of that major.
+fn py<'a>(sb: &'a Sandbox, script: &str, cuda: Cuda) -> Run<'a> {
+    sb.run(python_for(cuda.major()))
         .arg(py_file(script))
+        .env("VGPU_SIM_DRIVER_VERSION", cuda.driver_version())
         .shim(true)
         .env("CUDA_DEVICE_MEMORY_LIMIT", format!("{LIMIT_MIB}m"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -30,19 +62,49 @@ fn py<'a>(sb: &'a Sandbox, script: &str) -> Run<'a> {
         .timeout_secs(120)
 }
 
-fn c_client<'a>(sb: &'a Sandbox) -> Run<'a> {
-    sb.run(limit_client()).shim(true).env("CUDA_DEVICE_MEMORY_LIMIT", format!("{LIMIT_MIB}m")).timeout_secs(60)
+fn c_client<'a>(sb: &'a Sandbox, cuda: Cuda) -> Run<'a> {
+    sb.run(limit_client())
+        .shim(true)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", format!("{LIMIT_MIB}m"))
+        .env("VGPU_SIM_DRIVER_VERSION", cuda.driver_version())
+        .timeout_secs(60)
 }
+
+/// One `#[test]` per CUDA major for each listed function of this file taking a [`Cuda`].
+macro_rules! per_cuda_major {
+    ($($f:ident),* $(,)?) => {
+        mod cuda12 {
+            $( #[test] fn $f() { super::$f(super::Cuda::V12) } )*
+        }
+        mod cuda13 {
+            $( #[test] fn $f() { super::$f(super::Cuda::V13) } )*
+        }
+    };
+}
+
+per_cuda_major!(
+    cuda_bindings_without_shim_sees_the_whole_device,
+    cuda_bindings_init_contexts_and_meminfo,
+    cuda_bindings_allocate_to_the_limit_then_oom,
+    cuda_bindings_limit_holds_when_the_driver_hands_out_thunks,
+    cuda_bindings_async_and_managed_allocations_are_counted,
+    cuda_bindings_pool_allocations_are_counted,
+    cuda_bindings_module_and_kernel_launch,
+    cuda_bindings_library_kernel_path,
+    cuda_bindings_graph_add_node_on_the_simulated_driver,
+    pynvml_devices_memory_and_processes,
+    python_and_c_processes_share_one_limit_python_holds,
+    python_and_c_processes_share_one_limit_c_holds,
+);
 
 // ------------------------------------------------------------------------------------------------
 // cuda-bindings
 
 /// Control: without the shim the simulated device shows its full 16 GiB to cuda-bindings (so the
 /// limited numbers below come from the shim, not the simulator).
-#[test]
-fn cuda_bindings_without_shim_sees_the_whole_device() {
-    let sb = Sandbox::new("rc-cb-noshim");
-    let out = py(&sb, "cuda_client.py").arg("init").shim(false).go();
+fn cuda_bindings_without_shim_sees_the_whole_device(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-noshim");
+    let out = py(&sb, "cuda_client.py", cuda).arg("init").shim(false).go();
     out.ok();
     expect(&out, "init", CUDA_SUCCESS);
     assert_eq!(u64_of(&out, "primary.total"), SIM_MIB * MIB, "{}", out.dump());
@@ -50,15 +112,28 @@ fn cuda_bindings_without_shim_sees_the_whole_device() {
 
 /// cuInit, driver version, device, primary context and cuCtxCreate; cuMemGetInfo reports the limit
 /// as total in both contexts; cuDeviceTotalMem shows the same view.
-#[test]
-fn cuda_bindings_init_contexts_and_meminfo() {
-    let sb = Sandbox::new("rc-cb-init");
-    let out = py(&sb, "cuda_client.py").arg("init").go();
+fn cuda_bindings_init_contexts_and_meminfo(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-init");
+    let out = py(&sb, "cuda_client.py", cuda).arg("init").env("LIBCUDA_LOG_LEVEL", "4").go();
     out.ok();
     for k in ["init", "primary_ctx_retain", "ctx_set_current", "ctx_create", "ctx_destroy", "primary_ctx_release"] {
         expect(&out, k, CUDA_SUCCESS);
     }
-    expect(&out, "driver_version", "12090");
+    // The bindings' cuCtxCreate is the v2 ABI in 12.x and the v4 ABI in 13.x: the shim's wrapper of
+    // exactly that ABI ran, and the driver saw that variant.
+    let create = match cuda {
+        Cuda::V12 => "cuCtxCreate_v2",
+        Cuda::V13 => "cuCtxCreate_v4",
+    };
+    out.assert_hooked(&[create, "cuDevicePrimaryCtxRetain", "cuMemGetInfo_v2"]);
+    assert_eq!(sb.counts().get(create), Some(&1), "{create}: {:?}", sb.counts());
+    expect(&out, "driver_version", cuda.driver_version());
+    expect(&out, "created_device", "0");
+    if let Cuda::V13 = cuda {
+        expect(&out, "ctx_get_device_v2", CUDA_SUCCESS);
+        expect(&out, "primary_device_v2", "0");
+        expect(&out, "ctx_synchronize_v2", CUDA_SUCCESS);
+    }
     expect(&out, "device_count", "1");
     expect(&out, "primary_is_current", "1");
     assert!(!out.val("device_name").is_empty());
@@ -74,10 +149,9 @@ fn cuda_bindings_init_contexts_and_meminfo() {
 /// Allocations of exactly what cuMemGetInfo reports free succeed; one more (2 MiB) and one oversized
 /// allocation fail with CUDA_ERROR_OUT_OF_MEMORY; frees return the memory (cuMemGetInfo and the
 /// region slot are back where they started, and the whole free amount can be allocated again).
-#[test]
-fn cuda_bindings_allocate_to_the_limit_then_oom() {
-    let sb = Sandbox::new("rc-cb-fill");
-    let out = py(&sb, "cuda_client.py").arg("fill").arg("64").go();
+fn cuda_bindings_allocate_to_the_limit_then_oom(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-fill");
+    let out = py(&sb, "cuda_client.py", cuda).arg("fill").arg("64").go();
     out.ok();
     let free0 = u64_of(&out, "free0");
     assert_eq!(u64_of(&out, "total"), LIMIT, "{}", out.dump());
@@ -101,12 +175,31 @@ fn cuda_bindings_allocate_to_the_limit_then_oom() {
     out.assert_no_shim_errors();
 }
 
+/// The same fill on a driver whose cuGetProcAddress hands out unexported thunks (no address
+/// matches an exported symbol): the shim finds its wrappers by NVIDIA's version thresholds, so the
+/// limit holds and the allocations went through its hooks.
+fn cuda_bindings_limit_holds_when_the_driver_hands_out_thunks(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-thunks");
+    let out = py(&sb, "cuda_client.py", cuda)
+        .args(["fill", "128"])
+        .env("VGPU_SIM_PROCADDR_THUNKS", "1")
+        .env("LIBCUDA_LOG_LEVEL", "4")
+        .go();
+    out.ok();
+    assert_eq!(u64_of(&out, "total"), LIMIT, "{}", out.dump());
+    expect(&out, "big_alloc", CUDA_ERROR_OUT_OF_MEMORY);
+    expect(&out, "filled_to_limit", "1");
+    expect(&out, "next_alloc", CUDA_ERROR_OUT_OF_MEMORY);
+    expect(&out, "free_all", CUDA_SUCCESS);
+    out.assert_hooked(&["cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2"]);
+    out.assert_no_shim_errors();
+}
+
 /// cuMemAllocAsync and cuMemAllocManaged are counted in this process's region slot and in
 /// cuMemGetInfo, uncounted when freed, and refused beyond the limit.
-#[test]
-fn cuda_bindings_async_and_managed_allocations_are_counted() {
-    let sb = Sandbox::new("rc-cb-async");
-    let out = py(&sb, "cuda_client.py").arg("async_managed").go();
+fn cuda_bindings_async_and_managed_allocations_are_counted(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-async");
+    let out = py(&sb, "cuda_client.py", cuda).arg("async_managed").go();
     out.ok();
     for k in ["async_alloc", "managed_alloc", "async_free", "managed_free"] {
         expect(&out, k, CUDA_SUCCESS);
@@ -133,11 +226,89 @@ fn cuda_bindings_async_and_managed_allocations_are_counted() {
     out.assert_no_shim_errors();
 }
 
+/// A pool created at a device location: cuMemAllocFromPoolAsync is counted in the region slot and
+/// in cuMemGetInfo, refused beyond the limit, and uncounted once freed and the pool destroyed.
+fn cuda_bindings_pool_allocations_are_counted(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-pool");
+    let out = py(&sb, "cuda_client.py", cuda).arg("pool").arg("200").go();
+    out.ok();
+    for k in ["pool_create", "pool_alloc", "pool_free", "pool_destroy"] {
+        expect(&out, k, CUDA_SUCCESS);
+    }
+    for key in ["pool_region_delta", "pool_free_delta"] {
+        let n = u64_of(&out, key);
+        assert!((200 * MIB..=202 * MIB).contains(&n), "`{key}`={n}, expected 200 MiB (+ rounding)\n{}", out.dump());
+    }
+    expect(&out, "pool_over", CUDA_ERROR_OUT_OF_MEMORY);
+    expect(&out, "pool_region_after", "0");
+    expect(&out, "pool_free_after", "0");
+    expect(&out, "done", "1");
+    out.assert_no_shim_errors();
+}
+
+/// The runtime's kernel path (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction,
+/// cuLibraryGetGlobal, then cuLaunchKernel through the shim's hook) and managed memory advised and
+/// prefetched with the ABI of the bindings' major (13.x: `cuMemAdvise_v2`, `cuMemPrefetchAsync_v2`).
+fn cuda_bindings_library_kernel_path(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-library");
+    let out = py(&sb, "cuda_client.py", cuda).arg("library").env("LIBCUDA_LOG_LEVEL", "4").go();
+    out.ok();
+    for k in [
+        "library_load",
+        "library_get_kernel",
+        "kernel_get_function",
+        "library_get_global",
+        "launch",
+        "mem_advise",
+        "prefetch_device",
+        "prefetch_host",
+        "stream_sync",
+        "library_unload",
+    ] {
+        expect(&out, k, CUDA_SUCCESS);
+    }
+    expect(&out, "launches", "6");
+    assert!(u64_of(&out, "global_size") > 0, "{}", out.dump());
+    out.assert_hooked(&["cuLaunchKernel", "cuLibraryLoadData", "cuMemAllocManaged"]);
+    let counts = sb.counts();
+    let launched: u64 = counts.iter().filter(|(k, _)| k.starts_with("cuLaunchKernel")).map(|(_, v)| v).sum();
+    assert_eq!(launched, 6, "the simulated driver saw {launched} launches: {counts:?}");
+    // The variant the bindings asked for reached the driver.
+    let (advise, prefetch) = match cuda {
+        Cuda::V12 => ("cuMemAdvise", "cuMemPrefetchAsync"),
+        Cuda::V13 => ("cuMemAdvise_v2", "cuMemPrefetchAsync_v2"),
+    };
+    assert_eq!(counts.get(advise), Some(&1), "{advise}: {counts:?}");
+    assert_eq!(counts.get(prefetch), Some(&2), "{prefetch}: {counts:?}");
+    out.assert_no_shim_errors();
+}
+
+/// The simulated driver's cuGraphAddNode (each bindings major asks for its own ABI): a
+/// memory-allocation node and a kernel node after it, instantiated and launched; the graph's
+/// allocation shows in cuMemGetInfo. Without the shim: this is the driver's behaviour the shim
+/// sees.
+fn cuda_bindings_graph_add_node_on_the_simulated_driver(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-graph-node");
+    let out = py(&sb, "cuda_client.py", cuda).args(["graph_node", "200"]).shim(false).go();
+    out.ok();
+    for k in ["add_alloc_node", "add_kernel_node", "instantiate", "graph_launch", "stream_sync", "graph_destroy"] {
+        expect(&out, k, CUDA_SUCCESS);
+    }
+    expect(&out, "alloc_dptr_set", "1");
+    expect(&out, "nodes", "2");
+    let d = u64_of(&out, "graph_free_delta");
+    assert!((200 * MIB..=202 * MIB).contains(&d), "graph allocation {d}\n{}", out.dump());
+    let variant = match cuda {
+        Cuda::V12 => "cuGraphAddNode",
+        Cuda::V13 => "cuGraphAddNode_v2",
+    };
+    assert_eq!(sb.counts().get(variant), Some(&2), "{variant}: {:?}", sb.counts());
+}
+
 /// A module is loaded from bytes, a kernel launched through the shim's hook, device memory round-trips.
-#[test]
-fn cuda_bindings_module_and_kernel_launch() {
-    let sb = Sandbox::new("rc-cb-module");
-    let out = py(&sb, "cuda_client.py").arg("module").env("LIBCUDA_LOG_LEVEL", "4").go();
+fn cuda_bindings_module_and_kernel_launch(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-cb-module");
+    let out = py(&sb, "cuda_client.py", cuda).arg("module").env("LIBCUDA_LOG_LEVEL", "4").go();
     out.ok();
     for k in ["module_load", "get_function", "launch", "stream_sync", "ctx_sync", "htod", "dtoh", "module_unload"] {
         expect(&out, k, CUDA_SUCCESS);
@@ -163,9 +334,8 @@ fn sim_env(r: Run<'_>) -> Run<'_> {
 /// Device count, names and UUIDs; nvmlDeviceGetMemoryInfo v1 and v2 show each device's container
 /// limit as total and the container's own usage (not that of a process outside the container);
 /// the running-processes list has this process; the shim wrote the UUIDs into the region.
-#[test]
-fn pynvml_devices_memory_and_processes() {
-    let sb = Sandbox::new("rc-nvml");
+fn pynvml_devices_memory_and_processes(cuda: Cuda) {
+    let sb = cuda.sandbox("rc-nvml");
     // A process outside the container (no shim, its own region) holds 2 GiB of device 0.
     let ready = sb.dir.join("outside.ready");
     let go = sb.dir.join("outside.go");
@@ -173,6 +343,7 @@ fn pynvml_devices_memory_and_processes() {
     std::thread::scope(|s| {
         let outside = s.spawn(|| {
             sim_env(sb.run(limit_client()))
+                .env("VGPU_SIM_DRIVER_VERSION", cuda.driver_version())
                 .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &outside_region)
                 .args([
                     "alloc:2048".to_string(),
@@ -183,7 +354,7 @@ fn pynvml_devices_memory_and_processes() {
                 .go()
         });
         wait_file(&ready, 60);
-        let out = sim_env(py(&sb, "nvml_client.py"))
+        let out = sim_env(py(&sb, "nvml_client.py", cuda))
             .env_remove("CUDA_DEVICE_MEMORY_LIMIT")
             .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m")
             .env("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m")
@@ -196,6 +367,7 @@ fn pynvml_devices_memory_and_processes() {
         out.ok();
         expect(&out, "alloc", CUDA_SUCCESS);
         expect(&out, "device_count", "2");
+        expect(&out, "cuda_driver_version", cuda.driver_version());
         expect(&out, "d0.uuid", UUID0);
         expect(&out, "d1.uuid", UUID1);
         assert!(!out.val("d0.name").is_empty());
@@ -243,11 +415,13 @@ fn pynvml_devices_memory_and_processes() {
 /// 400 + 2 × 256 = 912 MiB before the asker's allocations.)
 const HOLD_MIB: u64 = 400;
 
-fn share_one_limit(name: &str, holder_is_python: bool) {
-    let sb = Sandbox::new(name);
+fn share_one_limit(name: &str, holder_is_python: bool, cuda: Cuda) {
+    let sb = cuda.sandbox(name);
     let ready = sb.dir.join("holder.ready");
     let go = sb.dir.join("holder.go");
-    let run = |python: bool| -> Run<'_> { if python { py(&sb, "cuda_client.py").arg("steps") } else { c_client(&sb) } };
+    let run = |python: bool| -> Run<'_> {
+        if python { py(&sb, "cuda_client.py", cuda).arg("steps") } else { c_client(&sb, cuda) }
+    };
     std::thread::scope(|s| {
         let holder = s.spawn(|| {
             run(holder_is_python)
@@ -289,23 +463,21 @@ fn share_one_limit(name: &str, holder_is_python: bool) {
         assert!(region.live().iter().any(|s| s.pid == hpid && s.data(0) >= HOLD_MIB * MIB), "{}", region.describe());
     });
     // The holder is gone: its memory is back.
-    let after = run_after(&sb, holder_is_python);
+    let after = run_after(&sb, holder_is_python, cuda);
     expect(&after, "s0.alloc", "0");
 }
 
-fn run_after(sb: &Sandbox, python: bool) -> Out {
-    let r = if python { py(sb, "cuda_client.py").arg("steps") } else { c_client(sb) };
+fn run_after(sb: &Sandbox, python: bool, cuda: Cuda) -> Out {
+    let r = if python { py(sb, "cuda_client.py", cuda).arg("steps") } else { c_client(sb, cuda) };
     let out = r.args(["alloc:600"]).go();
     out.ok();
     out
 }
 
-#[test]
-fn python_and_c_processes_share_one_limit_python_holds() {
-    share_one_limit("rc-share-py", true);
+fn python_and_c_processes_share_one_limit_python_holds(cuda: Cuda) {
+    share_one_limit("rc-share-py", true, cuda);
 }
 
-#[test]
-fn python_and_c_processes_share_one_limit_c_holds() {
-    share_one_limit("rc-share-c", false);
+fn python_and_c_processes_share_one_limit_c_holds(cuda: Cuda) {
+    share_one_limit("rc-share-c", false, cuda);
 }

@@ -1,4 +1,4 @@
-"""NVIDIA's Python driver bindings (cuda-bindings 12.x) as a real client of the shim.
+"""NVIDIA's Python driver bindings (cuda-bindings 12.9 or 13.x) as a real client of the shim.
 
     python cuda_client.py SCENARIO [ARGS]
 
@@ -12,12 +12,23 @@ Prints `key=value` lines (CUresult values by name, e.g. CUDA_ERROR_OUT_OF_MEMORY
   async_managed   cuMemAllocAsync / cuMemAllocManaged: deltas in this process's region slot
                   (`used[0].total`, read with vgpu_region.py) and in cuMemGetInfo, and refusals
   module          cuModuleLoadData (bytes), cuModuleGetFunction, cuLaunchKernel, copies
+  library         the runtime's kernel path: cuLibraryLoadData, cuLibraryGetKernel,
+                  cuKernelGetFunction, cuLibraryGetGlobal, cuLaunchKernel; managed memory advised
+                  and prefetched (13.x: the location-based ABIs)
+  graph_node [MiB] a graph built with cuGraphAddNode (12.2+; the bindings pick the newest ABI the
+                  driver has): a memory-allocation node, a kernel node after it; instantiated,
+                  launched; cuMemGetInfo before and after
+  pool            cuMemPoolCreate (device location) + cuMemAllocFromPoolAsync: counted, refused
+                  beyond the limit, uncounted when freed and the pool destroyed
   steps STEP...   the step language of limit_client.c (info, alloc:<MiB>, alloc:free,
                   managed:<MiB>, free_all, launch:<n>, pid, touch:<p>, wait:<p>, sleep:<ms>)
 
-The region file is CUDA_DEVICE_MEMORY_SHARED_CACHE.
+The region file is CUDA_DEVICE_MEMORY_SHARED_CACHE. The same script runs with both majors of the
+bindings; where their Python signatures differ (cuCtxCreate, cuMemPrefetchAsync, cuMemAdvise) it
+calls each in its own form.
 """
 
+import importlib.metadata
 import os
 import sys
 import time
@@ -27,6 +38,7 @@ from cuda.bindings import driver as cu
 import vgpu_region
 
 MIB = 1 << 20
+MAJOR = int(importlib.metadata.version("cuda-bindings").split(".")[0])
 IMAGE = b"vgpu-sim-module\nkernel vgpu_test_kernel\n"
 KERNEL = b"vgpu_test_kernel"
 
@@ -94,7 +106,16 @@ def scenario_init():
     kv("primary.total", total)
     cur = ok("ctx_get_current", cu.cuCtxGetCurrent())
     kv("primary_is_current", int(int(cur) == int(pctx)))
-    ctx = ok("ctx_create", cu.cuCtxCreate(0, dev))
+    if MAJOR >= 13:
+        ctx = ok("ctx_create", cu.cuCtxCreate(None, 0, dev))
+    else:
+        ctx = ok("ctx_create", cu.cuCtxCreate(0, dev))
+    kv("created_device", int(ok("ctx_get_device", cu.cuCtxGetDevice())))
+    if MAJOR >= 13:
+        # The 13.0 ABIs that take a context, asked about the primary one while the created one
+        # is current.
+        kv("primary_device_v2", int(ok("ctx_get_device_v2", cu.cuCtxGetDevice_v2(pctx))))
+        ok("ctx_synchronize_v2", cu.cuCtxSynchronize_v2(pctx))
     free, total = ok("created.mem_get_info", cu.cuMemGetInfo())
     kv("created.free", free)
     kv("created.total", total)
@@ -230,6 +251,111 @@ def scenario_module():
     kv("done", 1)
 
 
+def scenario_library():
+    dev, _ = setup()
+    lib = ok("library_load", cu.cuLibraryLoadData(IMAGE, None, None, 0, None, None, 0))
+    kern = ok("library_get_kernel", cu.cuLibraryGetKernel(lib, KERNEL))
+    fn = ok("kernel_get_function", cu.cuKernelGetFunction(kern))
+    gptr, gsize = ok("library_get_global", cu.cuLibraryGetGlobal(lib, b"vgpu_test_global"))
+    kv("global_size", gsize)
+    stream = ok("stream_create", cu.cuStreamCreate(0))
+    results = [cu.cuLaunchKernel(fn, 4, 1, 1, 32, 1, 1, 0, stream, 0, 0)[0] for _ in range(6)]
+    bad = [name(e) for e in results if e != cu.CUresult.CUDA_SUCCESS]
+    kv("launch", "CUDA_SUCCESS" if not bad else bad[0])
+    kv("launches", len(results))
+    # Managed memory advised and prefetched to the device, then back to the host.
+    n = 8 * MIB
+    m = ok("managed_alloc", cu.cuMemAllocManaged(n, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL.value))
+    advice = cu.CUmem_advise.CU_MEM_ADVISE_SET_PREFERRED_LOCATION
+    if MAJOR >= 13:
+        loc = cu.CUmemLocation()
+        loc.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        loc.id = int(dev)
+        ok("mem_advise", cu.cuMemAdvise(m, n, advice, loc))
+        ok("prefetch_device", cu.cuMemPrefetchAsync(m, n, loc, 0, stream))
+        host = cu.CUmemLocation()
+        host.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
+        host.id = 0
+        ok("prefetch_host", cu.cuMemPrefetchAsync(m, n, host, 0, stream))
+    else:
+        ok("mem_advise", cu.cuMemAdvise(m, n, advice, dev))
+        ok("prefetch_device", cu.cuMemPrefetchAsync(m, n, dev, stream))
+        ok("prefetch_host", cu.cuMemPrefetchAsync(m, n, cu.CU_DEVICE_CPU, stream))
+    ok("stream_sync", cu.cuStreamSynchronize(stream))
+    ok("managed_free", cu.cuMemFree(m))
+    ok("stream_destroy", cu.cuStreamDestroy(stream))
+    ok("library_unload", cu.cuLibraryUnload(lib))
+    kv("done", 1)
+
+
+def scenario_graph_node(mib=200):
+    dev, _ = setup()
+    mod = ok("module_load", cu.cuModuleLoadData(IMAGE))
+    fn = ok("get_function", cu.cuModuleGetFunction(mod, KERNEL))
+    f0, _ = meminfo()
+    g = ok("graph_create", cu.cuGraphCreate(0))
+    p = cu.CUgraphNodeParams()
+    p.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEM_ALLOC
+    p.alloc.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    p.alloc.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    p.alloc.poolProps.location.id = int(dev)
+    p.alloc.bytesize = mib * MIB
+    if MAJOR >= 13:
+        alloc = ok("add_alloc_node", cu.cuGraphAddNode(g, None, None, 0, p))
+    else:
+        alloc = ok("add_alloc_node", cu.cuGraphAddNode(g, None, 0, p))
+    kv("alloc_dptr_set", int(int(p.alloc.dptr) != 0))
+    k = cu.CUgraphNodeParams()
+    k.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    k.kernel.func = fn
+    k.kernel.gridDimX, k.kernel.gridDimY, k.kernel.gridDimZ = 4, 1, 1
+    k.kernel.blockDimX, k.kernel.blockDimY, k.kernel.blockDimZ = 32, 1, 1
+    if MAJOR >= 13:
+        ok("add_kernel_node", cu.cuGraphAddNode(g, [alloc], None, 1, k))
+    else:
+        ok("add_kernel_node", cu.cuGraphAddNode(g, [alloc], 1, k))
+    kv("nodes", ok("graph_get_nodes", cu.cuGraphGetNodes(g, 0))[1])
+    ex = ok("instantiate", cu.cuGraphInstantiate(g, 0))
+    stream = ok("stream_create", cu.cuStreamCreate(0))
+    ok("graph_launch", cu.cuGraphLaunch(ex, stream))
+    ok("stream_sync", cu.cuStreamSynchronize(stream))
+    f1, _ = meminfo()
+    kv("graph_free_delta", diff(f0, f1))
+    ok("exec_destroy", cu.cuGraphExecDestroy(ex))
+    ok("graph_destroy", cu.cuGraphDestroy(g))
+    ok("stream_destroy", cu.cuStreamDestroy(stream))
+    kv("done", 1)
+
+
+def scenario_pool(mib=200):
+    dev, _ = setup()
+    stream = ok("stream_create", cu.cuStreamCreate(0))
+    props = cu.CUmemPoolProps()
+    props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    props.location.id = int(dev)
+    pool = ok("pool_create", cu.cuMemPoolCreate(props))
+    r0, (f0, _) = region_used(), meminfo()
+    p = ok("pool_alloc", cu.cuMemAllocFromPoolAsync(mib * MIB, pool, stream))
+    ok("pool_sync", cu.cuStreamSynchronize(stream))
+    r1, (f1, _) = region_used(), meminfo()
+    kv("pool_region_delta", diff(r1, r0))
+    kv("pool_free_delta", diff(f0, f1))
+    err, q = cu.cuMemAllocFromPoolAsync(f1 + 2 * MIB, pool, stream)
+    cu.cuStreamSynchronize(stream)
+    kv("pool_over", name(err))
+    if err == cu.CUresult.CUDA_SUCCESS:
+        cu.cuMemFreeAsync(q, stream)
+    ok("pool_free", cu.cuMemFreeAsync(p, stream))
+    ok("pool_free_sync", cu.cuStreamSynchronize(stream))
+    ok("pool_destroy", cu.cuMemPoolDestroy(pool))
+    r2, (f2, _) = region_used(), meminfo()
+    kv("pool_region_after", diff(r2, r0))
+    kv("pool_free_after", diff(f0, f2))
+    ok("stream_destroy", cu.cuStreamDestroy(stream))
+    kv("done", 1)
+
+
 def wait_for(path, timeout=30.0):
     end = time.monotonic() + timeout
     while not os.path.exists(path):
@@ -323,6 +449,12 @@ def main(argv):
         scenario_async_managed(*(int(a) for a in args))
     elif sc == "module":
         scenario_module()
+    elif sc == "library":
+        scenario_library()
+    elif sc == "graph_node":
+        scenario_graph_node(*(int(a) for a in args))
+    elif sc == "pool":
+        scenario_pool(*(int(a) for a in args))
     elif sc == "steps":
         scenario_steps(args)
     else:

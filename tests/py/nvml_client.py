@@ -53,6 +53,7 @@ def main():
     if not a.no_query:
         pynvml.nvmlInit()
         kv("driver_version", s(pynvml.nvmlSystemGetDriverVersion()))
+        kv("cuda_driver_version", pynvml.nvmlSystemGetCudaDriverVersion())
         n = pynvml.nvmlDeviceGetCount()
         kv("device_count", n)
         for i in range(n):

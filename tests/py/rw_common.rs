@@ -2,7 +2,8 @@
 //! `tests/release_floor.rs` include this file with `#[path = "py/rw_common.rs"] mod rw;` next to
 //! `mod common;` (the shared harness, which they use but do not change).
 //!
-//! * [`python`]: the venv interpreter with cuda-bindings 12.x and pynvml (`ci/venv.sh`).
+//! * [`python`] / [`python_for`]: the venv interpreter with cuda-bindings and pynvml of one CUDA
+//!   major (`ci/venv.sh <major>`).
 //! * [`limit_client`]: `tests/py/limit_client.c`, compiled once into `target/<profile>/rwbin/`.
 //! * [`Region`]: an independent reader of the v1.2 region (offsets written out from
 //!   docs/hami-contract.md §3, deliberately not shared with `vgpu-core`).
@@ -19,19 +20,33 @@ pub const CUDA_ERROR_OUT_OF_MEMORY: &str = "CUDA_ERROR_OUT_OF_MEMORY";
 /// `CUDA_ERROR_OUT_OF_MEMORY` as printed by limit_client / `steps` (numeric).
 pub const OOM: &str = "2";
 
-/// The venv Python (created by `ci/venv.sh` on first use; installs from PyPI if needed).
+/// The venv Python with cuda-bindings 12.9 (see [`python_for`]).
 pub fn python() -> &'static Path {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
+    python_for(12)
+}
+
+/// The venv Python of CUDA major `major` (12: cuda-bindings 12.9 + nvidia-ml-py 12; 13:
+/// cuda-bindings 13.x + nvidia-ml-py 13), created by `ci/venv.sh <major>` on first use (it
+/// installs from PyPI if needed).
+pub fn python_for(major: u32) -> &'static Path {
+    static PY12: OnceLock<PathBuf> = OnceLock::new();
+    static PY13: OnceLock<PathBuf> = OnceLock::new();
+    let cell = match major {
+        12 => &PY12,
+        13 => &PY13,
+        _ => panic!("no venv for CUDA major {major}"),
+    };
+    cell.get_or_init(|| {
         let root = &artifacts().root;
         let o = Command::new("bash")
             .arg(root.join("ci/venv.sh"))
+            .arg(major.to_string())
             .env_remove("LD_PRELOAD")
             .output()
             .expect("run ci/venv.sh");
         assert!(
             o.status.success(),
-            "ci/venv.sh failed (it installs cuda-bindings and nvidia-ml-py from PyPI):\n{}{}",
+            "ci/venv.sh {major} failed (it installs cuda-bindings and nvidia-ml-py from PyPI):\n{}{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );

@@ -2,7 +2,9 @@
 //! `cuGetProcAddress` answers with it (and `[ptds]` for the per-thread default-stream variant), the
 //! exported symbol with its C signature, and the body. The `exports!` macro emits every function
 //! (unmangled, with its own call counter) and the `cuGetProcAddress` table from the same list, so
-//! the table address of a variant is exactly its `dlsym` address.
+//! the table address of a variant is exactly its `dlsym` address (or, with
+//! `VGPU_SIM_PROCADDR_THUNKS=1`, the address of an unexported thunk forwarding to it, as a driver
+//! that hands out other addresses than its symbols would).
 #![allow(non_snake_case)]
 
 use crate::procaddr::Entry;
@@ -22,6 +24,19 @@ macro_rules! exports {
             }
         )*
 
+        /// A second, unexported entry point per function (`VGPU_SIM_PROCADDR_THUNKS=1`: what
+        /// `cuGetProcAddress` hands out then), forwarding to the exported one.
+        mod thunk {
+            use super::*;
+            $(
+                #[allow(clippy::too_many_arguments)]
+                #[inline(never)]
+                pub(super) unsafe extern "C" fn $name($($a: $t),*) -> CUresult {
+                    unsafe { super::$name($($a),*) }
+                }
+            )*
+        }
+
         pub(crate) fn entries() -> Vec<Entry> {
             vec![$( Entry {
                 base: $base,
@@ -29,6 +44,7 @@ macro_rules! exports {
                 ptds: exports!(@pt $($pt)?),
                 sym: stringify!($name),
                 f: $name as *const c_void,
+                thunk: thunk::$name as *const c_void,
             } ),*]
         }
     };
@@ -405,6 +421,82 @@ exports! {
     }
     "cuLaunchCooperativeKernelMultiDevice" @ 9000 => fn cuLaunchCooperativeKernelMultiDevice(list: *mut CUDA_LAUNCH_PARAMS, n: u32, flags: u32) {
         launch::launch_cooperative_multi_device(list, n, flags)
+    }
+
+    // ---- ABIs of the 12.2+ and 13.x headers (cuda13.rs) ----------------------------------------
+    "cuCtxGetDevice" @ 13000 => fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) { cuda13::ctx_get_device_v2(dev, ctx) }
+    "cuCtxSynchronize" @ 13000 => fn cuCtxSynchronize_v2(ctx: CUcontext) { cuda13::ctx_synchronize_v2(ctx) }
+    "cuMemAdvise" @ 8000 => fn cuMemAdvise(p: CUdeviceptr, n: usize, advice: u32, dev: CUdevice) { cuda13::mem_advise(p, n, advice, dev) }
+    "cuMemAdvise" @ 12020 => fn cuMemAdvise_v2(p: CUdeviceptr, n: usize, advice: u32, loc: CUmemLocation) { cuda13::mem_advise_v2(p, n, advice, loc) }
+    "cuMemPrefetchAsync" @ 8000 => fn cuMemPrefetchAsync(p: CUdeviceptr, n: usize, dev: CUdevice, h: CUstream) { cuda13::mem_prefetch(p, n, dev, h, false) }
+    "cuMemPrefetchAsync" @ 8000 [ptds] => fn cuMemPrefetchAsync_ptsz(p: CUdeviceptr, n: usize, dev: CUdevice, h: CUstream) {
+        cuda13::mem_prefetch(p, n, dev, h, true)
+    }
+    "cuMemPrefetchAsync" @ 12020 => fn cuMemPrefetchAsync_v2(p: CUdeviceptr, n: usize, loc: CUmemLocation, flags: u32, h: CUstream) {
+        cuda13::mem_prefetch_v2(p, n, loc, flags, h, false)
+    }
+    "cuMemPrefetchAsync" @ 12020 [ptds] => fn cuMemPrefetchAsync_v2_ptsz(p: CUdeviceptr, n: usize, loc: CUmemLocation, flags: u32, h: CUstream) {
+        cuda13::mem_prefetch_v2(p, n, loc, flags, h, true)
+    }
+    "cuStreamGetCaptureInfo" @ 12030 => fn cuStreamGetCaptureInfo_v3(
+        h: CUstream, st: *mut i32, id: *mut u64, g: *mut CUgraph, deps: *mut *const CUgraphNode, edges: *mut *const c_void, n: *mut usize,
+    ) {
+        cuda13::get_capture_info_v3(h, st, id, g, deps, edges, n, false)
+    }
+    "cuStreamGetCaptureInfo" @ 12030 [ptds] => fn cuStreamGetCaptureInfo_v3_ptsz(
+        h: CUstream, st: *mut i32, id: *mut u64, g: *mut CUgraph, deps: *mut *const CUgraphNode, edges: *mut *const c_void, n: *mut usize,
+    ) {
+        cuda13::get_capture_info_v3(h, st, id, g, deps, edges, n, true)
+    }
+    "cuLaunchHostFunc" @ 13010 => fn cuLaunchHostFunc_v2(h: CUstream, f: CUhostFn, data: *mut c_void, mode: u32) {
+        cuda13::launch_host_func_v2(h, f, data, mode, false)
+    }
+    "cuLaunchHostFunc" @ 13010 [ptds] => fn cuLaunchHostFunc_v2_ptsz(h: CUstream, f: CUhostFn, data: *mut c_void, mode: u32) {
+        cuda13::launch_host_func_v2(h, f, data, mode, true)
+    }
+    "cuMemcpyBatchAsync" @ 12080 => fn cuMemcpyBatchAsync(
+        dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, sizes: *const usize, count: usize,
+        attrs: *const c_void, idxs: *const usize, num_attrs: usize, fail: *mut usize, h: CUstream,
+    ) {
+        cuda13::memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, num_attrs, fail, h, false)
+    }
+    "cuMemcpyBatchAsync" @ 12080 [ptds] => fn cuMemcpyBatchAsync_ptsz(
+        dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, sizes: *const usize, count: usize,
+        attrs: *const c_void, idxs: *const usize, num_attrs: usize, fail: *mut usize, h: CUstream,
+    ) {
+        cuda13::memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, num_attrs, fail, h, true)
+    }
+    "cuMemcpyBatchAsync" @ 13000 => fn cuMemcpyBatchAsync_v2(
+        dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, sizes: *const usize, count: usize,
+        attrs: *const c_void, idxs: *const usize, num_attrs: usize, h: CUstream,
+    ) {
+        cuda13::memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, num_attrs, std::ptr::null_mut(), h, false)
+    }
+    "cuMemcpyBatchAsync" @ 13000 [ptds] => fn cuMemcpyBatchAsync_v2_ptsz(
+        dsts: *const CUdeviceptr, srcs: *const CUdeviceptr, sizes: *const usize, count: usize,
+        attrs: *const c_void, idxs: *const usize, num_attrs: usize, h: CUstream,
+    ) {
+        cuda13::memcpy_batch(dsts, srcs, sizes, count, attrs, idxs, num_attrs, std::ptr::null_mut(), h, true)
+    }
+    "cuGraphAddNode" @ 12020 => fn cuGraphAddNode(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
+    "cuGraphAddNode" @ 12030 => fn cuGraphAddNode_v2(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        let _ = edges;
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
+    "cuGraphAddNode" @ 13040 => fn cuGraphAddNode_v3(
+        node: *mut CUgraphNode, g: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, p: *mut cuda13::CUgraphNodeParams,
+    ) {
+        let _ = edges;
+        cuda13::graph_add_node(node, g, deps, n, p)
+    }
+    "cuLibraryGetGlobal" @ 12000 => fn cuLibraryGetGlobal(dptr: *mut CUdeviceptr, bytes: *mut usize, lib: CUlibrary, name: *const c_char) {
+        cuda13::library_get_global(dptr, bytes, lib, name)
     }
 
     // ---- graphs --------------------------------------------------------------------------------

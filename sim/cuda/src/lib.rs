@@ -15,6 +15,7 @@
 mod array;
 mod context;
 mod counting;
+mod cuda13;
 mod device;
 mod drivercost;
 mod exports;
@@ -41,6 +42,9 @@ pub(crate) struct Knobs {
     pub kernel_ns: Option<u64>,
     pub max_queue_ns: u64,
     pub unknown_stub: bool,
+    /// `VGPU_SIM_PROCADDR_THUNKS=1`: `cuGetProcAddress` hands out unexported thunks, not the
+    /// exported functions' addresses.
+    pub procaddr_thunks: bool,
     pub log: bool,
     pub count_file: Option<String>,
 }
@@ -57,6 +61,7 @@ pub(crate) fn knobs() -> &'static Knobs {
         kernel_ns: env_u64("VGPU_SIM_KERNEL_NS"),
         max_queue_ns: env_u64("VGPU_SIM_MAX_QUEUE_US").unwrap_or(20_000) * 1000,
         unknown_stub: std::env::var("VGPU_SIM_UNKNOWN").map(|v| v.trim() == "stub").unwrap_or(false),
+        procaddr_thunks: std::env::var("VGPU_SIM_PROCADDR_THUNKS").map(|v| v.trim() == "1").unwrap_or(false),
         log: std::env::var("VGPU_SIM_LOG").map(|v| v.trim() == "1").unwrap_or(false),
         count_file: std::env::var("VGPU_SIM_COUNT_FILE").ok().filter(|s| !s.is_empty()),
     })

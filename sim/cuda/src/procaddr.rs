@@ -15,6 +15,8 @@ pub(crate) struct Entry {
     pub ptds: bool,
     pub sym: &'static str,
     pub f: *const c_void,
+    /// The unexported thunk handed out instead of `f` with `VGPU_SIM_PROCADDR_THUNKS=1`.
+    pub thunk: *const c_void,
 }
 
 struct Table(HashMap<&'static str, Vec<Entry>>);
@@ -26,10 +28,11 @@ fn table() -> &'static HashMap<&'static str, Vec<Entry>> {
     &T.get_or_init(|| {
         let mut m: HashMap<&'static str, Vec<Entry>> = HashMap::new();
         let entries = crate::exports::entries();
-        let by_sym: HashMap<&str, *const c_void> = entries.iter().map(|e| (e.sym, e.f)).collect();
+        let by_sym: HashMap<&str, (*const c_void, *const c_void)> =
+            entries.iter().map(|e| (e.sym, (e.f, e.thunk))).collect();
         let aliases: Vec<Entry> = crate::exports::ALIASES
             .iter()
-            .map(|&(base, ver, sym)| Entry { base, ver, ptds: false, sym, f: by_sym[sym] })
+            .map(|&(base, ver, sym)| Entry { base, ver, ptds: false, sym, f: by_sym[sym].0, thunk: by_sym[sym].1 })
             .collect();
         for e in entries.into_iter().chain(aliases) {
             m.entry(e.base).or_default().push(e);
@@ -47,6 +50,16 @@ pub(crate) fn rows() -> Vec<(&'static str, u32, bool, &'static str)> {
 
 /// Resolve (name, version, flags) → function, or (CUresult, symbolStatus).
 pub(crate) fn lookup(name: &str, ver: i32, flags: u64) -> Result<*const c_void, (CUresult, i32)> {
+    // A driver knows no ABI newer than itself: a 12.9 driver answers a 13.0 request with its
+    // newest variant.
+    lookup_at(name, ver.min(driver_version()), flags)
+}
+
+fn driver_version() -> i32 {
+    crate::state_opt().map(|s| s.driver_version()).unwrap_or(12090)
+}
+
+fn lookup_at(name: &str, ver: i32, flags: u64) -> Result<*const c_void, (CUresult, i32)> {
     let Some(cands) = table().get(name) else {
         return Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
     };
@@ -57,6 +70,7 @@ pub(crate) fn lookup(name: &str, ver: i32, flags: u64) -> Result<*const c_void, 
         best(false)
     };
     match pick {
+        Some(e) if knobs().procaddr_thunks => Ok(e.thunk),
         Some(e) => Ok(e.f),
         None => Err((CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)),
     }
@@ -156,11 +170,15 @@ mod tests {
         let entries = crate::exports::entries();
         let addrs: HashSet<usize> = entries.iter().map(|e| e.f as usize).collect();
         assert_eq!(addrs.len(), entries.len());
+        // And every thunk is another one.
+        let thunks: HashSet<usize> = entries.iter().map(|e| e.thunk as usize).collect();
+        assert_eq!(thunks.len(), entries.len());
+        assert!(thunks.is_disjoint(&addrs));
         assert!(entries.len() > 150);
     }
 
     fn sym_of(name: &str, ver: i32, flags: u64) -> Result<&'static str, (CUresult, i32)> {
-        let f = lookup(name, ver, flags)?;
+        let f = lookup_at(name, ver, flags)?;
         Ok(crate::exports::entries().into_iter().find(|e| e.f == f).unwrap().sym)
     }
 
@@ -183,7 +201,17 @@ mod tests {
         assert_eq!(sym_of("cuCtxCreate", 3020, 0), Ok("cuCtxCreate_v2"));
         assert_eq!(sym_of("cuCtxCreate", 11040, 0), Ok("cuCtxCreate_v3"));
         assert_eq!(sym_of("cuCtxCreate", 12050, 0), Ok("cuCtxCreate_v4"));
-        assert_eq!(sym_of("cuStreamGetCaptureInfo", 12030, 2), Ok("cuStreamGetCaptureInfo_v2_ptsz"));
+        assert_eq!(sym_of("cuStreamGetCaptureInfo", 12030, 2), Ok("cuStreamGetCaptureInfo_v3_ptsz"));
+        assert_eq!(sym_of("cuStreamGetCaptureInfo", 11030, 2), Ok("cuStreamGetCaptureInfo_v2_ptsz"));
+        assert_eq!(sym_of("cuCtxGetDevice", 12090, 0), Ok("cuCtxGetDevice"));
+        assert_eq!(sym_of("cuCtxGetDevice", 13000, 0), Ok("cuCtxGetDevice_v2"));
+        assert_eq!(sym_of("cuCtxSynchronize", 13050, 0), Ok("cuCtxSynchronize_v2"));
+        assert_eq!(sym_of("cuMemPrefetchAsync", 12020, 2), Ok("cuMemPrefetchAsync_v2_ptsz"));
+        assert_eq!(sym_of("cuMemPrefetchAsync", 8000, 0), Ok("cuMemPrefetchAsync"));
+        assert_eq!(sym_of("cuLaunchHostFunc", 13000, 0), Ok("cuLaunchHostFunc"));
+        assert_eq!(sym_of("cuLaunchHostFunc", 13010, 2), Ok("cuLaunchHostFunc_v2_ptsz"));
+        assert_eq!(sym_of("cuMemcpyBatchAsync", 12090, 0), Ok("cuMemcpyBatchAsync"));
+        assert_eq!(sym_of("cuMemcpyBatchAsync", 13000, 0), Ok("cuMemcpyBatchAsync_v2"));
         assert_eq!(sym_of("cuStreamGetCaptureInfo", 10010, 0), Ok("cuStreamGetCaptureInfo"));
         assert_eq!(sym_of("cuEventElapsedTime", 12000, 0), Ok("cuEventElapsedTime"));
         assert_eq!(sym_of("cuEventElapsedTime", 12080, 0), Ok("cuEventElapsedTime_v2"));

@@ -26,7 +26,10 @@ pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
 pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
 
-pub const DRIVER_VERSION: &str = "575.57.08";
+/// The display driver branch that ships each CUDA driver API version the sim can report.
+pub fn driver_version_string(cuda_version: i32) -> &'static str {
+    if cuda_version >= 13000 { "580.82.07" } else { "575.57.08" }
+}
 pub const DEVICE_NAME: &str = "NVIDIA H100 80GB HBM3";
 const PCI_DEVICE_ID: u32 = 0x2330_10de;
 const PCI_SUBSYSTEM_ID: u32 = 0x16c1_10de;
@@ -280,12 +283,13 @@ pub extern "C" fn nvmlErrorString(r: nvmlReturn_t) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(buf: *mut c_char, len: u32) -> nvmlReturn_t {
-    ret(state().and_then(|_| unsafe { put_str(buf, len, DRIVER_VERSION) }))
+    ret(state().and_then(|s| unsafe { put_str(buf, len, driver_version_string(s.driver_version())) }))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(buf: *mut c_char, len: u32) -> nvmlReturn_t {
-    ret(unsafe { put_str(buf, len, &format!("12.{}", DRIVER_VERSION)) })
+    let v = state().map(|s| s.driver_version()).unwrap_or(12090);
+    ret(unsafe { put_str(buf, len, &format!("{}.{}", v / 1000, driver_version_string(v))) })
 }
 
 #[unsafe(no_mangle)]
