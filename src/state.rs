@@ -38,6 +38,10 @@ pub struct State {
 const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
 const READY: u8 = 2;
+/// Building the state panicked (an internal error): every later call that needs the state fails
+/// with its API's error code (the export's guard), on every thread, until the process forks or
+/// exits. Nothing is then allocated or launched ungoverned, and nothing waits.
+const FAILED: u8 = 3;
 
 static PHASE: AtomicU8 = AtomicU8::new(UNINIT);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
@@ -60,7 +64,16 @@ fn init_slow() -> &'static State {
     loop {
         match PHASE.compare_exchange(UNINIT, BUSY, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                let s: &'static State = Box::leak(Box::new(build()));
+                let built = std::panic::catch_unwind(build);
+                let Ok(built) = built else {
+                    // The waiters must not wait for a state that will never come.
+                    PHASE.store(FAILED, Ordering::Release);
+                    crate::error!(
+                        "internal error (panic) while setting up the GPU governor: every CUDA/NVML call of this process now fails"
+                    );
+                    unavailable();
+                };
+                let s: &'static State = Box::leak(Box::new(built));
                 STATE.store(s as *const State as *mut State, Ordering::Release);
                 PHASE.store(READY, Ordering::Release);
                 register_process_hooks();
@@ -68,13 +81,22 @@ fn init_slow() -> &'static State {
                 return s;
             }
             Err(READY) => return unsafe { &*STATE.load(Ordering::Acquire) },
+            Err(FAILED) => unavailable(),
             // Another thread is building it: wait without spinning hot.
             Err(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
         }
     }
 }
 
+/// No state and none to come: unwind to the export's guard, which answers with its API's error
+/// code. `resume_unwind` skips the panic hook and the guard does not log `Refused`: the one line
+/// was written when the build failed.
+fn unavailable() -> ! {
+    std::panic::resume_unwind(Box::new(crate::guard::Refused))
+}
+
 fn build() -> State {
+    crate::faults::maybe_panic("build_panic");
     apply_override_env();
     let config = Config::from_system();
     crate::log::set_level(config.log_level);
