@@ -23,6 +23,10 @@ pub struct State {
     /// VMM handles, arrays and created contexts we counted, keyed by handle value.
     pub handles: AllocTable,
     pub pid: i32,
+    /// The container's region could not be opened for lack of a resource (descriptors, memory,
+    /// space): what the container uses is unknown, so device memory (allocations and contexts)
+    /// is refused rather than governed per process.
+    pub closed: bool,
     devices: OnceLock<DeviceMap>,
     /// Mapping used before the driver can answer (not cached in `devices`).
     fallback_devices: OnceLock<DeviceMap>,
@@ -104,7 +108,7 @@ fn build() -> State {
         crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
     }
     let pid = std::process::id() as i32;
-    let (region, ledger) = attach_region(&config, pid);
+    let (region, ledger, closed) = attach_region(&config, pid);
     crate::info!(
         "initialised: region={} slot={} memory limits={:?} sm limits={:?}",
         config.region_path.display(),
@@ -119,6 +123,7 @@ fn build() -> State {
         allocs: AllocTable::new(),
         handles: AllocTable::new(),
         pid,
+        closed,
         devices: OnceLock::new(),
         fallback_devices: OnceLock::new(),
         primary_refs: Default::default(),
@@ -128,7 +133,8 @@ fn build() -> State {
     }
 }
 
-fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
+/// The region and ledger, and whether device memory must be refused (`State::closed`).
+fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>, bool) {
     let _ = vgpu_core::regionpath::ensure_kai_dir(&config.region_path);
     use vgpu_core::regionplace::{Placed, fallback_paths, open_placed};
     let fallbacks = fallback_paths(&config.region_path, unsafe { libc::getuid() });
@@ -175,7 +181,15 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
                 ),
                 _ => {}
             }
-            (Some(region), ledger)
+            (Some(region), ledger, false)
+        }
+        Err((e, others)) if e.lacks_resource() || others.iter().any(|e| e.lacks_resource()) => {
+            let why: Vec<String> = std::iter::once(&e).chain(&others).map(|e| e.to_string()).collect();
+            crate::error!(
+                "cannot open this container's usage region for lack of a system resource ({}): device memory is refused in this process (CUDA_ERROR_OUT_OF_MEMORY) rather than governed without the other processes' usage",
+                why.join("; ")
+            );
+            (None, Ledger::local(), true)
         }
         Err((e, others)) => {
             let why: Vec<String> = others.iter().map(|e| e.to_string()).collect();
@@ -185,7 +199,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
                 format!("no shared fallback region either ({})", why.join("; "))
             };
             crate::error!("{e}; {fallback}: the memory limit is now enforced per process, not across the container");
-            (None, Ledger::local())
+            (None, Ledger::local(), false)
         }
     }
 }
