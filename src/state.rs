@@ -102,13 +102,27 @@ fn unavailable() -> ! {
 fn build() -> State {
     crate::faults::maybe_panic("build_panic");
     apply_override_env();
-    let config = Config::from_system();
+    let secure = vgpu_core::secure::at_secure();
+    let config = if secure {
+        Config::from_sources(&vgpu_core::secure::SecureSources(&vgpu_core::config::SystemSources))
+    } else {
+        Config::from_system()
+    };
     crate::log::set_level(config.log_level);
     for w in &config.warnings {
         crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
     }
+    if secure {
+        for v in vgpu_core::secure::ignored_variables(&vgpu_core::config::SystemSources) {
+            crate::warn!(
+                "{v} ignored: a set-user-ID or set-group-ID program takes no path from its environment (region {})",
+                config.region_path.display()
+            );
+        }
+    }
     let pid = std::process::id() as i32;
-    let (region, ledger, closed) = attach_region(&config, pid);
+    // A setuid program creates and opens region files as its caller (vgpu_core::secure).
+    let (region, ledger, closed) = vgpu_core::secure::as_caller(|| attach_region(&config, pid));
     crate::info!(
         "initialised: region={} slot={} memory limits={:?} sm limits={:?}",
         config.region_path.display(),
@@ -209,7 +223,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
 pub fn region_tick() {
     use vgpu_core::regionplace::Published;
     let Some(r) = try_get().and_then(|s| s.region) else { return };
-    match r.republish() {
+    match vgpu_core::secure::as_caller(|| r.republish()) {
         Published::Relinked => crate::warn!(
             "region file {} had been deleted: linked it back (same region, no usage lost)",
             r.path().display()
@@ -345,7 +359,7 @@ extern "C" fn on_fork_child() {
     {
         // Drop our copy of the parent's lock description: if the parent died holding the
         // lock, an inherited descriptor would keep it held for as long as we live.
-        let _ = r.reopen_after_fork();
+        let _ = vgpu_core::secure::as_caller(|| r.reopen_after_fork());
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);

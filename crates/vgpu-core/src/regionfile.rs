@@ -207,7 +207,8 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool, Option<String>), Region
     let c = cpath(path).map_err(|e| RegionError::Open { path: path.into(), source: e })?;
     let mut note = None;
     for _ in 0..5 {
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        // A secure (setuid) program never opens the region through a symbolic link.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | crate::secure::no_follow()) };
         if fd >= 0 {
             return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false, note));
         }
