@@ -201,11 +201,16 @@ static void *lib_sym(const char *lib, const char *name) {
 }
 
 /* glibc >= 2.34 has them in libc, older ones in libdl (loaded by whoever calls dlsym, and by the
- * engine); __libc_dlopen_mode is what libc itself uses to load NSS modules. */
+ * engine). Without libdl, libc's own loader (__libc_dlopen_mode, what it loads NSS modules with)
+ * loads it first: only libdl's dlopen leaves a message for dlerror, so a failure names its cause. */
 static dlopen_fn find_dlopen(void) {
     void *p = lib_sym("libc.so.6", "dlopen");
     if (!p) p = lib_sym("libdl.so.2", "dlopen");
-    if (!p) p = lib_sym("libc.so.6", "__libc_dlopen_mode");
+    if (!p) {
+        dlopen_fn internal = (dlopen_fn)lib_sym("libc.so.6", "__libc_dlopen_mode");
+        if (internal && internal("libdl.so.2", RTLD_NOW | RTLD_LOCAL)) p = lib_sym("libdl.so.2", "dlopen");
+        if (!p) p = (void *)internal;
+    }
     return (dlopen_fn)p;
 }
 
