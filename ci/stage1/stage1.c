@@ -12,7 +12,13 @@
  * first in the global scope), so the pointers it hands out lie in libvgpu.so, as before.
  *
  * Without libdl (glibc < 2.34 keeps dlopen/dlsym there), `dlopen`, `dlsym` and `dlerror` are
- * found at run time in the objects already loaded (dl_iterate_phdr + their ELF hash tables).
+ * found at run time in the objects already loaded (dl_iterate_phdr + their ELF hash tables); if
+ * libdl is not loaded, libc's internal loader loads it first, so a failed mapping names its cause.
+ *
+ * One thread maps the engine; the others wait for it, but at most TAKEOVER_MS: the mapping thread
+ * needs glibc's loader lock, which a waiter may hold (a library constructor calling CUDA inside
+ * dlopen). A waiter past the bound maps a copy itself; the first copy to be published serves
+ * every thread (ensure_engine, map_and_publish).
  *
  * If the engine cannot be mapped (no memfd and no writable temp dir, a corrupt file), one line
  * goes to stderr and every hooked call fails closed (CUDA_ERROR_NOT_INITIALIZED /
