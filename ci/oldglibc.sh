@@ -36,7 +36,7 @@ export PATH="$TOOLS/venv/bin:$PATH"
 
 # --- the old root (cached) ----------------------------------------------------------------------
 if [ ! -f "$OLD/.vgpu-complete" ]; then
-    command -v debootstrap >/dev/null || { log "installing debootstrap"; apt-get install -y -q debootstrap >&2; }
+    command -v debootstrap >/dev/null || die "debootstrap missing (ci/deps.sh installs it)"
     log "debootstrap --variant=minbase bullseye $OLD (once)"
     rm -rf "$OLD.tmp"
     mkdir -p "$(dirname "$OLD")"
