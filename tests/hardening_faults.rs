@@ -22,6 +22,7 @@ fn a_panic_while_building_the_state_fails_every_call_without_a_hang() {
         .go();
     assert_eq!(out.val("done"), "1", "{}", out.dump());
     for t in 0..=4 {
+        assert_eq!(out.val(&format!("t{t}_ctx")), "1", "thread {t} has a current context: {}", out.dump());
         let rc = out.val(&format!("t{t}_alloc"));
         assert_ne!(rc, "0", "thread {t}: no allocation without a governor: {}", out.dump());
     }
