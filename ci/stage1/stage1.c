@@ -500,11 +500,14 @@ static int decided;
 /* Map a copy and publish it unless another thread's copy was published first (that copy then
  * serves; ours stays mapped, unused). Everything that can wait for glibc's loader lock (dlopen,
  * dlsym) happens before the decision; publishing only stores pointers, so a thread that waits
- * for a publication never waits for a thread that waits for the loader lock. */
-static int map_and_publish(void) {
+ * for a publication never waits for a thread that waits for the loader lock. A failure is
+ * published (every hook fails closed from then on) only by the first loader (OWNER); a thread
+ * that took over fails just its own call and leaves the verdict to the loader. */
+static int map_and_publish(int owner) {
     void *slots[VGPU_NHOOKS];
     void *edlsym = 0;
     int ok = load_engine(slots, &edlsym), expect = 0;
+    if (!ok && !owner) return 0;
     if (__atomic_compare_exchange_n(&decided, &expect, ok ? 1 : 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         for (int i = 0; i < VGPU_NHOOKS; i++)
             __atomic_store_n(&vgpu_slots[i], ok ? slots[i] : fail_stub(i), __ATOMIC_RELEASE);
@@ -545,7 +548,7 @@ static int ensure_engine(void) {
                 continue;
             __atomic_store_n(&loader_pid, syscall(SYS_getpid), __ATOMIC_RELAXED);
             __atomic_store_n(&loader_tid, me, __ATOMIC_RELAXED);
-            return map_and_publish();
+            return map_and_publish(1);
         }
         /* ST_LOADING by someone else (or by this thread, from inside the mapping). */
         long pid = __atomic_load_n(&loader_pid, __ATOMIC_RELAXED);
@@ -571,7 +574,7 @@ static int ensure_engine(void) {
                 if (__atomic_compare_exchange_n(&taker_tids[i], &none, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
                     slot = i;
             }
-            int ok = map_and_publish();
+            int ok = map_and_publish(0);
             if (slot >= 0) __atomic_store_n(&taker_tids[slot], 0, __ATOMIC_RELEASE);
             return ok;
         }
