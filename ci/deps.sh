@@ -8,6 +8,7 @@ command -v unshare >/dev/null || need+=(util-linux)
 command -v shellcheck >/dev/null || need+=(shellcheck)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v unzip >/dev/null || need+=(unzip)
+command -v debootstrap >/dev/null || need+=(debootstrap)  # ci/oldglibc.sh
 if ((${#need[@]})); then
   echo "ci/deps.sh: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -21,6 +21,7 @@ ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2
 # Every integration test again with the artifact we ship (two-stage, glibc 2.17) as the shim.
 VGPU_TEST_SHIM=target/release-floor/libvgpu.so cargo test -p libvgpu --tests --no-fail-fast -- --test-threads=2
+ci/oldglibc.sh                   # the shipped artifact in a Debian bullseye root (glibc 2.31, cached)
 ci/gpu-validate.sh --dry-run     # the GPU validation flow, on the simulated GPU
 shellcheck ci/*.sh ci/stage1/*.sh .ci/run
 echo "ci/test.sh: all checks passed"

@@ -55,11 +55,16 @@ extern "C" fn decide(handle: *mut c_void, symbol: *const c_char, caller: usize) 
     }
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = hooks::find(name) else { return 0 };
-    // Past this point the name is one of ours: doing real work is fine.
-    std::panic::catch_unwind(|| redirect(handle, hook, caller)).unwrap_or(0)
+    // Past this point the name is one of ours: doing real work is fine. An internal error fails
+    // closed: the caller gets our hook (governed), never the driver's function.
+    std::panic::catch_unwind(|| redirect(handle, hook, caller)).unwrap_or_else(|_| {
+        crate::once!(error, "internal error (panic) while answering dlsym; handing out the governed hooks");
+        hook.hook as usize
+    })
 }
 
 fn redirect(handle: *mut c_void, hook: &'static hooks::Hook, caller: usize) -> usize {
+    crate::faults::maybe_panic("dlsym_panic");
     let lib = match hook.lib {
         hooks::Lib::Cuda => &dl::LIBCUDA,
         hooks::Lib::Nvml => &dl::LIBNVML,

@@ -12,6 +12,7 @@ mod dl;
 mod dlsym_hook;
 mod driver;
 mod driver_costs;
+mod faults;
 mod ffi;
 mod guard;
 mod hooks;

@@ -39,6 +39,9 @@ fn counted(
     what: &str,
     alloc: impl FnOnce() -> Result<u64, CUresult>,
 ) -> CUresult {
+    if st.closed {
+        return CUDA_ERROR_OUT_OF_MEMORY; // logged once when the state was built
+    }
     let limit = st.memory_limit(dev);
     let mut reserved = st.ledger.reserve(dev, bytes, kind, limit);
     if matches!(reserved, Err(ReserveError::OverLimit(_))) && crate::truth::before_refusal(dev) {
@@ -517,6 +520,9 @@ pub fn host_pid(st: &State) -> i32 {
 /// `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
 pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let st = state::get();
+    if st.closed {
+        return Err(()); // logged once when the state was built
+    }
     let dev = st.region_index(ordinal);
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");

@@ -23,6 +23,10 @@ pub struct State {
     /// VMM handles, arrays and created contexts we counted, keyed by handle value.
     pub handles: AllocTable,
     pub pid: i32,
+    /// The container's region could not be opened for lack of a resource (descriptors, memory,
+    /// space): what the container uses is unknown, so device memory (allocations and contexts)
+    /// is refused rather than governed per process.
+    pub closed: bool,
     devices: OnceLock<DeviceMap>,
     /// Mapping used before the driver can answer (not cached in `devices`).
     fallback_devices: OnceLock<DeviceMap>,
@@ -38,6 +42,10 @@ pub struct State {
 const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
 const READY: u8 = 2;
+/// Building the state panicked (an internal error): every later call that needs the state fails
+/// with its API's error code (the export's guard), on every thread, until the process forks or
+/// exits. Nothing is then allocated or launched ungoverned, and nothing waits.
+const FAILED: u8 = 3;
 
 static PHASE: AtomicU8 = AtomicU8::new(UNINIT);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
@@ -60,7 +68,16 @@ fn init_slow() -> &'static State {
     loop {
         match PHASE.compare_exchange(UNINIT, BUSY, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                let s: &'static State = Box::leak(Box::new(build()));
+                let built = std::panic::catch_unwind(build);
+                let Ok(built) = built else {
+                    // The waiters must not wait for a state that will never come.
+                    PHASE.store(FAILED, Ordering::Release);
+                    crate::error!(
+                        "internal error (panic) while setting up the GPU governor: every CUDA/NVML call of this process now fails"
+                    );
+                    unavailable();
+                };
+                let s: &'static State = Box::leak(Box::new(built));
                 STATE.store(s as *const State as *mut State, Ordering::Release);
                 PHASE.store(READY, Ordering::Release);
                 register_process_hooks();
@@ -68,21 +85,44 @@ fn init_slow() -> &'static State {
                 return s;
             }
             Err(READY) => return unsafe { &*STATE.load(Ordering::Acquire) },
+            Err(FAILED) => unavailable(),
             // Another thread is building it: wait without spinning hot.
             Err(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
         }
     }
 }
 
+/// No state and none to come: unwind to the export's guard, which answers with its API's error
+/// code. `resume_unwind` skips the panic hook and the guard does not log `Refused`: the one line
+/// was written when the build failed.
+fn unavailable() -> ! {
+    std::panic::resume_unwind(Box::new(crate::guard::Refused))
+}
+
 fn build() -> State {
+    crate::faults::maybe_panic("build_panic");
     apply_override_env();
-    let config = Config::from_system();
+    let secure = vgpu_core::secure::at_secure();
+    let config = if secure {
+        Config::from_sources(&vgpu_core::secure::SecureSources(&vgpu_core::config::SystemSources))
+    } else {
+        Config::from_system()
+    };
     crate::log::set_level(config.log_level);
     for w in &config.warnings {
         crate::warn!("{}={:?}: {}", w.variable, w.value, w.action);
     }
+    if secure {
+        for v in vgpu_core::secure::ignored_variables(&vgpu_core::config::SystemSources) {
+            crate::warn!(
+                "{v} ignored: a set-user-ID or set-group-ID program takes no path from its environment (region {})",
+                config.region_path.display()
+            );
+        }
+    }
     let pid = std::process::id() as i32;
-    let (region, ledger) = attach_region(&config, pid);
+    // A setuid program creates and opens region files as its caller (vgpu_core::secure).
+    let (region, ledger, closed) = vgpu_core::secure::as_caller(|| attach_region(&config, pid));
     crate::info!(
         "initialised: region={} slot={} memory limits={:?} sm limits={:?}",
         config.region_path.display(),
@@ -97,6 +137,7 @@ fn build() -> State {
         allocs: AllocTable::new(),
         handles: AllocTable::new(),
         pid,
+        closed,
         devices: OnceLock::new(),
         fallback_devices: OnceLock::new(),
         primary_refs: Default::default(),
@@ -106,7 +147,8 @@ fn build() -> State {
     }
 }
 
-fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>) {
+/// The region and ledger, and whether device memory must be refused (`State::closed`).
+fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<'static>, bool) {
     let _ = vgpu_core::regionpath::ensure_kai_dir(&config.region_path);
     use vgpu_core::regionplace::{Placed, fallback_paths, open_placed};
     let fallbacks = fallback_paths(&config.region_path, unsafe { libc::getuid() });
@@ -153,7 +195,15 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
                 ),
                 _ => {}
             }
-            (Some(region), ledger)
+            (Some(region), ledger, false)
+        }
+        Err((e, others)) if e.lacks_resource() || others.iter().any(|e| e.lacks_resource()) => {
+            let why: Vec<String> = std::iter::once(&e).chain(&others).map(|e| e.to_string()).collect();
+            crate::error!(
+                "cannot open this container's usage region for lack of a system resource ({}): device memory is refused in this process (CUDA_ERROR_OUT_OF_MEMORY) rather than governed without the other processes' usage",
+                why.join("; ")
+            );
+            (None, Ledger::local(), true)
         }
         Err((e, others)) => {
             let why: Vec<String> = others.iter().map(|e| e.to_string()).collect();
@@ -163,7 +213,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
                 format!("no shared fallback region either ({})", why.join("; "))
             };
             crate::error!("{e}; {fallback}: the memory limit is now enforced per process, not across the container");
-            (None, Ledger::local())
+            (None, Ledger::local(), false)
         }
     }
 }
@@ -173,7 +223,7 @@ fn attach_region(config: &Config, pid: i32) -> (Option<&'static Region>, Ledger<
 pub fn region_tick() {
     use vgpu_core::regionplace::Published;
     let Some(r) = try_get().and_then(|s| s.region) else { return };
-    match r.republish() {
+    match vgpu_core::secure::as_caller(|| r.republish()) {
         Published::Relinked => crate::warn!(
             "region file {} had been deleted: linked it back (same region, no usage lost)",
             r.path().display()
@@ -309,7 +359,7 @@ extern "C" fn on_fork_child() {
     {
         // Drop our copy of the parent's lock description: if the parent died holding the
         // lock, an inherited descriptor would keep it held for as long as we live.
-        let _ = r.reopen_after_fork();
+        let _ = vgpu_core::secure::as_caller(|| r.reopen_after_fork());
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);

@@ -12,7 +12,13 @@
  * first in the global scope), so the pointers it hands out lie in libvgpu.so, as before.
  *
  * Without libdl (glibc < 2.34 keeps dlopen/dlsym there), `dlopen`, `dlsym` and `dlerror` are
- * found at run time in the objects already loaded (dl_iterate_phdr + their ELF hash tables).
+ * found at run time in the objects already loaded (dl_iterate_phdr + their ELF hash tables); if
+ * libdl is not loaded, libc's internal loader loads it first, so a failed mapping names its cause.
+ *
+ * One thread maps the engine; the others wait for it, but at most TAKEOVER_MS: the mapping thread
+ * needs glibc's loader lock, which a waiter may hold (a library constructor calling CUDA inside
+ * dlopen). A waiter past the bound maps a copy itself; the first copy to be published serves
+ * every thread (ensure_engine, map_and_publish).
  *
  * If the engine cannot be mapped (no memfd and no writable temp dir, a corrupt file), one line
  * goes to stderr and every hooked call fails closed (CUDA_ERROR_NOT_INITIALIZED /
@@ -26,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stage1_table.h" /* VGPU_NHOOKS, vgpu_names, vgpu_name_off (generated, sorted) */
@@ -58,6 +65,9 @@ extern char vgpu_tramp_base[] HIDDEN;
 enum { ST_NONE, ST_LOADING, ST_READY, ST_FAILED };
 static int state;
 static long loader_tid, loader_pid;
+/* Threads that stopped waiting for the loader and map a copy themselves (ensure_engine). */
+#define MAX_TAKERS 16
+static long taker_tids[MAX_TAKERS];
 static void *engine_dlsym;
 static dlsym_fn real_dlsym_cached;
 
@@ -197,11 +207,16 @@ static void *lib_sym(const char *lib, const char *name) {
 }
 
 /* glibc >= 2.34 has them in libc, older ones in libdl (loaded by whoever calls dlsym, and by the
- * engine); __libc_dlopen_mode is what libc itself uses to load NSS modules. */
+ * engine). Without libdl, libc's own loader (__libc_dlopen_mode, what it loads NSS modules with)
+ * loads it first: only libdl's dlopen leaves a message for dlerror, so a failure names its cause. */
 static dlopen_fn find_dlopen(void) {
     void *p = lib_sym("libc.so.6", "dlopen");
     if (!p) p = lib_sym("libdl.so.2", "dlopen");
-    if (!p) p = lib_sym("libc.so.6", "__libc_dlopen_mode");
+    if (!p) {
+        dlopen_fn internal = (dlopen_fn)lib_sym("libc.so.6", "__libc_dlopen_mode");
+        if (internal && internal("libdl.so.2", RTLD_NOW | RTLD_LOCAL)) p = lib_sym("libdl.so.2", "dlopen");
+        if (!p) p = (void *)internal;
+    }
     return (dlopen_fn)p;
 }
 
@@ -438,8 +453,9 @@ static int open_self_from_maps(void) {
     return -1;
 }
 
-/* Map the engine and fill the slots; 1 on success. Runs once per process. */
-static int load_engine(void) {
+/* Map a copy of the engine and resolve every hook in it into SLOTS and *EDLSYM; 1 on success.
+ * Publishes nothing: the caller decides which copy the trampolines use. */
+static int load_engine(void **slots, void **edlsym) {
     const char *self_path = 0;
     dl_iterate_phdr(self_cb, &self_path);
     dlopen_fn dlo = find_dlopen();
@@ -466,46 +482,104 @@ static int load_engine(void) {
     dlsym_fn ds = real_dlsym();
     attach_fn attach = ds ? (attach_fn)ds(h, "vgpu_engine_attach") : 0;
     struct vgpu_stage1_api api = {sizeof api, (uintptr_t)ds, stage1_next};
-    void *edlsym = ds ? ds(h, "dlsym") : 0;
-    if (!attach || !edlsym || attach(&api) != 0) {
+    *edlsym = ds ? ds(h, "dlsym") : 0;
+    if (!attach || !*edlsym || attach(&api) != 0) {
         say("cannot map the engine", "vgpu_engine_attach missing or refused");
         return 0;
     }
     for (int i = 0; i < VGPU_NHOOKS; i++) {
         void *f = ds(h, hook_name(i));
-        __atomic_store_n(&vgpu_slots[i], f ? f : fail_stub(i), __ATOMIC_RELEASE);
+        slots[i] = f ? f : fail_stub(i);
     }
-    __atomic_store_n(&engine_dlsym, edlsym, __ATOMIC_RELEASE);
     return 1;
 }
 
+/* Which copy of the engine the trampolines use: 0 undecided, 1 one is published, 2 none can be. */
+static int decided;
+
+/* Map a copy and publish it unless another thread's copy was published first (that copy then
+ * serves; ours stays mapped, unused). Everything that can wait for glibc's loader lock (dlopen,
+ * dlsym) happens before the decision; publishing only stores pointers, so a thread that waits
+ * for a publication never waits for a thread that waits for the loader lock. A failure is
+ * published (every hook fails closed from then on) only by the first loader (OWNER); a thread
+ * that took over fails just its own call and leaves the verdict to the loader. */
+static int map_and_publish(int owner) {
+    void *slots[VGPU_NHOOKS];
+    void *edlsym = 0;
+    int ok = load_engine(slots, &edlsym), expect = 0;
+    if (!ok && !owner) return 0;
+    if (__atomic_compare_exchange_n(&decided, &expect, ok ? 1 : 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < VGPU_NHOOKS; i++)
+            __atomic_store_n(&vgpu_slots[i], ok ? slots[i] : fail_stub(i), __ATOMIC_RELEASE);
+        if (ok) __atomic_store_n(&engine_dlsym, edlsym, __ATOMIC_RELEASE);
+        __atomic_store_n(&state, ok ? ST_READY : ST_FAILED, __ATOMIC_RELEASE);
+        return ok;
+    }
+    for (;;) {
+        int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+        if (s == ST_READY || s == ST_FAILED) return s == ST_READY;
+        syscall(SYS_sched_yield);
+    }
+}
+
+static long now_ms(void) {
+    struct timespec t = {0, 0};
+    /* The system call, not clock_gettime: that symbol would raise this object's glibc floor. */
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* How long a thread waits for another thread's mapping before mapping a copy itself. The other
+ * thread may be waiting for glibc's loader lock, which the waiter can hold (a constructor run by
+ * dlopen calling CUDA): waiting longer could be waiting forever. */
+#define TAKEOVER_MS 200
+
 /* 1 when the engine is mapped; 0 when it cannot be (or this thread is mapping it right now). */
 static int ensure_engine(void) {
+    long since = -1;
     for (;;) {
         int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
         if (s == ST_READY) return 1;
         if (s == ST_FAILED) return 0;
+        long me = syscall(SYS_gettid);
         if (s == ST_NONE) {
             int expect = ST_NONE;
             if (!__atomic_compare_exchange_n(&state, &expect, ST_LOADING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
                 continue;
             __atomic_store_n(&loader_pid, syscall(SYS_getpid), __ATOMIC_RELAXED);
-            __atomic_store_n(&loader_tid, syscall(SYS_gettid), __ATOMIC_RELAXED);
-            int ok = load_engine();
-            if (!ok)
-                for (int i = 0; i < VGPU_NHOOKS; i++) __atomic_store_n(&vgpu_slots[i], fail_stub(i), __ATOMIC_RELEASE);
-            __atomic_store_n(&state, ok ? ST_READY : ST_FAILED, __ATOMIC_RELEASE);
-            return ok;
+            __atomic_store_n(&loader_tid, me, __ATOMIC_RELAXED);
+            return map_and_publish(1);
         }
-        /* ST_LOADING by someone else. */
-        if (__atomic_load_n(&loader_pid, __ATOMIC_RELAXED) != syscall(SYS_getpid)) {
+        /* ST_LOADING by someone else (or by this thread, from inside the mapping). */
+        long pid = __atomic_load_n(&loader_pid, __ATOMIC_RELAXED);
+        if (pid != 0 && pid != syscall(SYS_getpid)) {
             /* Forked while another thread was mapping it: that thread does not exist here. */
             int expect = ST_LOADING;
-            __atomic_compare_exchange_n(&state, &expect, ST_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            if (__atomic_compare_exchange_n(&state, &expect, ST_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                __atomic_store_n(&loader_pid, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&decided, 0, __ATOMIC_RELEASE);
+            }
             continue;
         }
-        if (__atomic_load_n(&loader_tid, __ATOMIC_RELAXED) == syscall(SYS_gettid)) return 0;
-        syscall(SYS_sched_yield);
+        if (__atomic_load_n(&loader_tid, __ATOMIC_RELAXED) == me) return 0;
+        for (int i = 0; i < MAX_TAKERS; i++)
+            if (__atomic_load_n(&taker_tids[i], __ATOMIC_RELAXED) == me) return 0;
+        if (since < 0) since = now_ms();
+        if (now_ms() - since >= TAKEOVER_MS) {
+            /* Every thread that waited this long maps its own copy: the one holding the loader
+             * lock, whichever it is, never waits for another. */
+            int slot = -1;
+            for (int i = 0; i < MAX_TAKERS && slot < 0; i++) {
+                long none = 0;
+                if (__atomic_compare_exchange_n(&taker_tids[i], &none, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                    slot = i;
+            }
+            int ok = map_and_publish(0);
+            if (slot >= 0) __atomic_store_n(&taker_tids[slot], 0, __ATOMIC_RELEASE);
+            return ok;
+        }
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, 0);
     }
 }
 

@@ -374,3 +374,39 @@ fn build_on_demand(out: &str, sources: &[&str], args: &[&str]) -> Result<PathBuf
     let _ = std::fs::write(&stamp, key);
     Ok(target)
 }
+
+static FAULT_SHIM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The shim built with the test-only feature `fault-injection` (src/faults.rs: `VGPU_TEST_FAULT`
+/// simulates internal failures), in its own target directory `target/faults` so the ordinary
+/// build never carries the switch. Built once per test binary, same profile as the tests.
+#[track_caller]
+pub fn fault_shim() -> PathBuf {
+    let r = FAULT_SHIM.get_or_init(|| {
+        let a = artifacts();
+        let profile = a.profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_string();
+        let target_dir = a.profile_dir.parent().expect("profile dir has a parent").join("faults");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from(env!("CARGO")));
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&a.root)
+            .args(["build", "-p", "libvgpu", "--features", "fault-injection", "--target-dir"])
+            .arg(&target_dir)
+            .env_remove("LD_PRELOAD");
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let status = cmd.status().map_err(|e| format!("cannot run {cargo:?}: {e}"))?;
+        if !status.success() {
+            return Err(format!("fault-injection build failed: {status}"));
+        }
+        let so = target_dir.join(&profile).join("libvgpu.so");
+        if so.exists() { Ok(so) } else { Err(format!("missing after build: {}", so.display())) }
+    });
+    r.clone().unwrap_or_else(|e| panic!("{e}"))
+}

@@ -17,6 +17,7 @@ pub mod region;
 pub mod regionfile;
 pub mod regionpath;
 pub mod regionplace;
+pub mod secure;
 pub mod slots;
 pub mod symname;
 pub mod sync;

@@ -113,6 +113,18 @@ impl fmt::Display for RegionError {
 
 impl std::error::Error for RegionError {}
 
+impl RegionError {
+    /// The system lacked a resource to open the region (descriptors, memory, space): nothing
+    /// says the region is unusable, only that this process could not tell what the container uses.
+    pub fn lacks_resource(&self) -> bool {
+        let (RegionError::Open { source, .. } | RegionError::Io { source, .. }) = self else { return false };
+        matches!(
+            source.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOSPC | libc::EDQUOT | libc::ENOBUFS)
+        )
+    }
+}
+
 /// What happened at open.
 #[derive(Debug, Default)]
 pub struct AttachReport {
@@ -195,7 +207,8 @@ fn open_or_create(path: &Path) -> Result<(OwnedFd, bool, Option<String>), Region
     let c = cpath(path).map_err(|e| RegionError::Open { path: path.into(), source: e })?;
     let mut note = None;
     for _ in 0..5 {
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        // A secure (setuid) program never opens the region through a symbolic link.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | crate::secure::no_follow()) };
         if fd >= 0 {
             return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, false, note));
         }
@@ -630,6 +643,19 @@ impl Drop for RegionGuard<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lacking_a_resource_is_told_apart_from_an_unusable_region() {
+        let io = |e| RegionError::Io { path: "/r".into(), op: "open", source: io::Error::from_raw_os_error(e) };
+        assert!(io(libc::EMFILE).lacks_resource());
+        assert!(
+            RegionError::Open { path: "/r".into(), source: io::Error::from_raw_os_error(libc::ENFILE) }
+                .lacks_resource()
+        );
+        assert!(io(libc::ENOSPC).lacks_resource());
+        assert!(!io(libc::EACCES).lacks_resource());
+        assert!(!RegionError::NotRegularFile { path: "/r".into() }.lacks_resource());
+    }
+
     use super::*;
     use crate::testutil::temp_path;
     use std::os::unix::fs::PermissionsExt;
