@@ -87,6 +87,8 @@ called! {
     LIBCUDA fn cuDevicePrimaryCtxGetState;
     LIBCUDA fn cuDeviceGetGraphMemAttribute;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
+    LIBCUDA fn cuDriverGetVersion;
+    LIBCUDA fn cuCtxFromGreenCtx;
 }
 
 /// The calling thread's current context (null if none).

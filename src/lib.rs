@@ -20,6 +20,7 @@ mod launch;
 mod memory;
 mod nvml;
 mod pidprobe;
+mod pool_place;
 mod procaddr;
 mod state;
 mod truth;

@@ -37,6 +37,8 @@ abi_table! {
     ctype  cuda CUgraphExec = "struct CUgraphExec_st *";
     ctype  cuda CUmemoryPool = "struct CUmemPoolHandle_st *";
     ctype  cuda CUgraphDeviceNode = "struct CUgraphDeviceUpdatableNode_st *";
+    ctype  cuda CUgreenCtx = "struct CUgreenCtx_st *";
+    ctype  cuda CUdevResourceDesc = "struct CUdevResourceDesc_st *";
     ctype  cuda CUmemGenericAllocationHandle_v1 = "unsigned long long";
     ctype  cuda CUmemGenericAllocationHandle = "CUmemGenericAllocationHandle_v1";
     ctype  cuda CUuuid = "struct CUuuid_st";
@@ -858,6 +860,10 @@ abi_table! {
     func   cuda cuMemPoolCreate = PFN_cuMemPoolCreate;
     func   cuda cuMemPoolDestroy = PFN_cuMemPoolDestroy;
     func   cuda cuDeviceGetMemPool = PFN_cuDeviceGetMemPool;
+    func   cuda cuGreenCtxCreate = PFN_cuGreenCtxCreate;
+    func   cuda cuGreenCtxDestroy = PFN_cuGreenCtxDestroy;
+    func   cuda cuDeviceSetMemPool = PFN_cuDeviceSetMemPool;
+    func   cuda cuCtxFromGreenCtx = PFN_cuCtxFromGreenCtx;
     size   cuda CUjit_option = 4;
     align  cuda CUjit_option = 4;
     size   cuda CUlibraryOption = 4;

@@ -120,6 +120,18 @@ pub struct CUgraphDeviceUpdatableNode_st {
     _unused: [u8; 0],
 }
 pub type CUgraphDeviceNode = *mut CUgraphDeviceUpdatableNode_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgreenCtx_st {
+    _unused: [u8; 0],
+}
+pub type CUgreenCtx = *mut CUgreenCtx_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUdevResourceDesc_st {
+    _unused: [u8; 0],
+}
+pub type CUdevResourceDesc = *mut CUdevResourceDesc_st;
 pub type CUmemGenericAllocationHandle_v1 = ::core::ffi::c_ulonglong;
 pub type CUmemGenericAllocationHandle = CUmemGenericAllocationHandle_v1;
 #[repr(C)]
@@ -1630,6 +1642,21 @@ pub type PFN_cuMemPoolCreate = ::core::option::Option<
 >;
 pub type PFN_cuMemPoolDestroy =
     ::core::option::Option<unsafe extern "C" fn(pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuGreenCtxCreate = ::core::option::Option<
+    unsafe extern "C" fn(
+        phCtx: *mut CUgreenCtx,
+        desc: CUdevResourceDesc,
+        dev: CUdevice,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGreenCtxDestroy =
+    ::core::option::Option<unsafe extern "C" fn(hCtx: CUgreenCtx) -> CUresult>;
+pub type PFN_cuDeviceSetMemPool =
+    ::core::option::Option<unsafe extern "C" fn(dev: CUdevice, pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuCtxFromGreenCtx = ::core::option::Option<
+    unsafe extern "C" fn(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult,
+>;
 pub type PFN_cuDeviceGetMemPool = ::core::option::Option<
     unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
 >;

@@ -11,6 +11,7 @@ pub mod idhash;
 pub mod ledger;
 pub mod limiter;
 pub mod limits;
+pub mod locations;
 pub mod lock;
 pub mod reconcile;
 pub mod region;
