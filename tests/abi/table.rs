@@ -134,6 +134,10 @@ abi_table! {
     align  cuda CUgraphExec = 8;
     size   cuda CUmemoryPool = 8;
     align  cuda CUmemoryPool = 8;
+    size   cuda CUgreenCtx = 8;
+    align  cuda CUgreenCtx = 8;
+    size   cuda CUdevResourceDesc = 8;
+    align  cuda CUdevResourceDesc = 8;
     size   cuda CUgraphDeviceNode = 8;
     align  cuda CUgraphDeviceNode = 8;
     size   cuda CUmemGenericAllocationHandle_v1 = 8;
