@@ -534,6 +534,14 @@ typedef enum CUstreamCaptureMode_enum {
     CU_STREAM_CAPTURE_MODE_RELAXED      = 2
 } CUstreamCaptureMode;
 
+/* Checkpointing (12.8). */
+typedef enum CUprocessState_enum {
+    CU_PROCESS_STATE_RUNNING      = 0,
+    CU_PROCESS_STATE_LOCKED       = 1,
+    CU_PROCESS_STATE_CHECKPOINTED = 2,
+    CU_PROCESS_STATE_FAILED       = 3
+} CUprocessState;
+
 /* ------------------------------------------------------------------ */
 /* Launch                                                              */
 /* ------------------------------------------------------------------ */
@@ -949,6 +957,9 @@ typedef CUresult (CUDAAPI *PFN_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool po
 /* ---- Called by libvgpu (resolved from the real driver) ---- */
 CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
 typedef CUresult (CUDAAPI *PFN_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
+
+CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state);
+typedef CUresult (CUDAAPI *PFN_cuCheckpointProcessGetState)(int pid, CUprocessState *state);
 
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);

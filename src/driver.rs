@@ -89,6 +89,7 @@ called! {
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
     LIBCUDA fn cuDriverGetVersion;
     LIBCUDA fn cuCtxFromGreenCtx;
+    LIBCUDA fn cuCheckpointProcessGetState;
 }
 
 /// The calling thread's current context (null if none).

@@ -5,6 +5,7 @@
 
 #[macro_use]
 pub mod log;
+mod checkpoint;
 mod compute;
 mod context;
 mod devices;

@@ -252,3 +252,61 @@ fn views_agree_under_every_context_kind() {
     c.ok(&format!("free13 {a}"));
     c.exit();
 }
+
+// ---- checkpointing ----------------------------------------------------------------------------
+
+fn simctl(sb: &Sandbox, args: &[&str]) {
+    let o = std::process::Command::new(&common::artifacts().simctl)
+        .arg("--state")
+        .arg(sb.state())
+        .args(args)
+        .output()
+        .expect("simctl");
+    assert!(o.status.success(), "simctl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Poll the region until `pid`'s slot on device 0 satisfies `want` (bounded wait, not a timing
+/// assertion); the time it took.
+#[track_caller]
+fn wait_slot(sb: &Sandbox, pid: u32, what: &str, want: impl Fn(&DevMem) -> bool) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        let u = locked_snap(&sb.region()).used_of(pid, 0);
+        if want(&u) {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{what}: slot of {pid} stays {u:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A checkpointed process (driven from outside, as `cuda-checkpoint` does) holds no device
+/// memory: the container gets its room back while it is checkpointed and it is charged again,
+/// per kind, when it is restored; its memory is then freed as usual.
+#[test]
+fn checkpointed_process_gives_its_room_back_until_restored() {
+    let sb = Sandbox::new("m13_checkpoint");
+    let mut a = start(&sb, 1024, 64, 0);
+    let mut b = start(&sb, 1024, 64, 0);
+    let buf = ptr(&mut a, &format!("alloc13 {}", 600 * MIB));
+    let held = used(&sb, &a);
+    assert_eq!((held.context, held.data), (64 * MIB, 600 * MIB));
+    assert_eq!(b.cmd(&format!("alloc13 {}", 600 * MIB)).rc(), CUDA_ERROR_OUT_OF_MEMORY, "no room before");
+
+    simctl(&sb, &["checkpoint", &a.pid.to_string()]);
+    let gone = wait_slot(&sb, a.pid, "after checkpoint", |u| u.total == 0);
+    eprintln!("checkpoint: room back after {gone:?}");
+    let pb = ptr(&mut b, &format!("alloc13 {}", 600 * MIB));
+
+    simctl(&sb, &["restore", &a.pid.to_string()]);
+    let back = wait_slot(&sb, a.pid, "after restore", |u| u.total > 0);
+    eprintln!("restore: charged again after {back:?}");
+    assert_eq!(used(&sb, &a), held, "restored charge differs from the checkpointed one");
+    // Over the limit now (both hold their memory): nothing more fits until it falls back.
+    assert_eq!(b.cmd(&format!("alloc13 {}", MIB)).rc(), CUDA_ERROR_OUT_OF_MEMORY);
+    b.ok(&format!("free13 {pb}"));
+    a.ok(&format!("free13 {buf}"));
+    assert_eq!(used(&sb, &a).data, 0);
+    a.exit();
+    b.exit();
+}

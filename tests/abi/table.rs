@@ -79,6 +79,7 @@ abi_table! {
     ctype  cuda CUevent_flags = "enum CUevent_flags_enum";
     ctype  cuda CUstreamCaptureStatus = "enum CUstreamCaptureStatus_enum";
     ctype  cuda CUstreamCaptureMode = "enum CUstreamCaptureMode_enum";
+    ctype  cuda CUprocessState = "enum CUprocessState_enum";
     ctype  cuda CUaccessProperty = "enum CUaccessProperty_enum";
     ctype  cuda CUaccessPolicyWindow_v1 = "struct CUaccessPolicyWindow_st";
     ctype  cuda CUaccessPolicyWindow = "CUaccessPolicyWindow_v1";
@@ -220,6 +221,8 @@ abi_table! {
     align  cuda CUstreamCaptureStatus = 4;
     size   cuda CUstreamCaptureMode = 4;
     align  cuda CUstreamCaptureMode = 4;
+    size   cuda CUprocessState = 4;
+    align  cuda CUprocessState = 4;
     size   cuda CUaccessProperty = 4;
     align  cuda CUaccessProperty = 4;
     size   cuda CUaccessPolicyWindow_v1 = 32;
@@ -640,6 +643,10 @@ abi_table! {
     value  cuda CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
     value  cuda CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
     value  cuda CU_STREAM_CAPTURE_MODE_RELAXED = 2;
+    value  cuda CU_PROCESS_STATE_RUNNING = 0;
+    value  cuda CU_PROCESS_STATE_LOCKED = 1;
+    value  cuda CU_PROCESS_STATE_CHECKPOINTED = 2;
+    value  cuda CU_PROCESS_STATE_FAILED = 3;
     value  cuda CU_ACCESS_PROPERTY_NORMAL = 0;
     value  cuda CU_ACCESS_PROPERTY_STREAMING = 1;
     value  cuda CU_ACCESS_PROPERTY_PERSISTING = 2;
@@ -868,6 +875,7 @@ abi_table! {
     func   cuda cuGreenCtxDestroy = PFN_cuGreenCtxDestroy;
     func   cuda cuDeviceSetMemPool = PFN_cuDeviceSetMemPool;
     func   cuda cuCtxFromGreenCtx = PFN_cuCtxFromGreenCtx;
+    func   cuda cuCheckpointProcessGetState = PFN_cuCheckpointProcessGetState;
     size   cuda CUjit_option = 4;
     align  cuda CUjit_option = 4;
     size   cuda CUlibraryOption = 4;

@@ -783,6 +783,12 @@ pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum = 1;
 pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum = 2;
 pub type CUstreamCaptureMode_enum = ::core::ffi::c_uint;
 pub use self::CUstreamCaptureMode_enum as CUstreamCaptureMode;
+pub const CU_PROCESS_STATE_RUNNING: CUprocessState_enum = 0;
+pub const CU_PROCESS_STATE_LOCKED: CUprocessState_enum = 1;
+pub const CU_PROCESS_STATE_CHECKPOINTED: CUprocessState_enum = 2;
+pub const CU_PROCESS_STATE_FAILED: CUprocessState_enum = 3;
+pub type CUprocessState_enum = ::core::ffi::c_uint;
+pub use self::CUprocessState_enum as CUprocessState;
 pub const CU_ACCESS_PROPERTY_NORMAL: CUaccessProperty_enum = 0;
 pub const CU_ACCESS_PROPERTY_STREAMING: CUaccessProperty_enum = 1;
 pub const CU_ACCESS_PROPERTY_PERSISTING: CUaccessProperty_enum = 2;
@@ -1656,6 +1662,9 @@ pub type PFN_cuDeviceSetMemPool =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice, pool: CUmemoryPool) -> CUresult>;
 pub type PFN_cuCtxFromGreenCtx = ::core::option::Option<
     unsafe extern "C" fn(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult,
+>;
+pub type PFN_cuCheckpointProcessGetState = ::core::option::Option<
+    unsafe extern "C" fn(pid: ::core::ffi::c_int, state: *mut CUprocessState) -> CUresult,
 >;
 pub type PFN_cuDeviceGetMemPool = ::core::option::Option<
     unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,

@@ -35,6 +35,27 @@ exports! {
     "cuMemGetMemPool" @ 13000 => fn cuMemGetMemPool(p: *mut CUmemoryPool, loc: *const CUmemLocation, ty: u32) {
         pool13::mem_get_mem_pool(p, loc, ty)
     }
+    // ---- checkpointing (12.8): any process's, by PID -------------------------------------------
+    "cuCheckpointProcessGetState" @ 12080 => fn cuCheckpointProcessGetState(pid: i32, state: *mut u32) {
+        checkpoint::get_state(pid, state)
+    }
+    "cuCheckpointProcessLock" @ 12080 => fn cuCheckpointProcessLock(pid: i32, args: *mut c_void) {
+        let _ = args;
+        checkpoint::step(pid, sim_state::SimState::checkpoint_lock)
+    }
+    "cuCheckpointProcessCheckpoint" @ 12080 => fn cuCheckpointProcessCheckpoint(pid: i32, args: *mut c_void) {
+        let _ = args;
+        checkpoint::step(pid, sim_state::SimState::checkpoint)
+    }
+    "cuCheckpointProcessRestore" @ 12080 => fn cuCheckpointProcessRestore(pid: i32, args: *mut c_void) {
+        let _ = args;
+        checkpoint::step(pid, sim_state::SimState::checkpoint_restore)
+    }
+    "cuCheckpointProcessUnlock" @ 12080 => fn cuCheckpointProcessUnlock(pid: i32, args: *mut c_void) {
+        let _ = args;
+        checkpoint::step(pid, sim_state::SimState::checkpoint_unlock)
+    }
+
     "cuMemSetMemPool" @ 13000 => fn cuMemSetMemPool(loc: *const CUmemLocation, ty: u32, p: CUmemoryPool) {
         pool13::mem_set_mem_pool(loc, ty, p)
     }
