@@ -16,6 +16,7 @@ pub unsafe fn init(real: pfn::cuInit, flags: c_uint) -> CUresult {
         // Attach the region and take our slot now, so the monitor sees the process early.
         let _ = state::get().devices();
         crate::truth::cuda_initialised();
+        crate::driver_limit::probe();
     }
     r
 }

@@ -13,6 +13,7 @@ mod dl;
 mod dlsym_hook;
 mod driver;
 mod driver_costs;
+mod driver_limit;
 mod ffi;
 mod guard;
 mod hooks;

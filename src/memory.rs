@@ -97,7 +97,7 @@ pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: 
     }
     let st = state::get();
     let Some(dev) = current_region_dev(st) else { return r };
-    let limit = st.memory_limit(dev);
+    let limit = st.view_limit(dev);
     if limit > 0 {
         let usage = st.ledger.usage(dev);
         if usage >= limit {
@@ -120,7 +120,7 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
         return r;
     }
     let st = state::get();
-    let limit = st.memory_limit(st.region_index(ordinal));
+    let limit = st.view_limit(st.region_index(ordinal));
     unsafe { *bytes = views::device_total_mem(limit, *bytes as u64) as usize };
     r
 }

@@ -310,3 +310,33 @@ fn checkpointed_process_gives_its_room_back_until_restored() {
     a.exit();
     b.exit();
 }
+
+// ---- a driver that enforces a limit itself ----------------------------------------------------
+
+/// NVML reports a hard limit for our cgroup (r615+): the driver enforces it, so the shim refuses
+/// nothing itself, reports the driver's limit in its views and still counts usage; one info line.
+#[test]
+fn driver_enforced_limit_replaces_ours() {
+    let sb = Sandbox::new("m13_driver_limit");
+    let mut c = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "256m")
+        .env("VGPU_SIM_CTX_MIB", 8)
+        .env("VGPU_SIM_CGROUP_LIMIT_MIB", 512)
+        .env("LIBCUDA_LOG_LEVEL", 3)
+        .env("VGPU_SIM_DRIVER_VERSION", 13050)
+        .spawn();
+    c.init_ctx(0);
+    c.ok("nvml_init");
+    let driver = 512 * MIB;
+    assert_eq!(c.ok("meminfo").u64("total"), driver, "cuMemGetInfo_v2 reports the driver's limit");
+    assert_eq!(c.ok("nvml_mem 0").u64("total2"), driver, "NVML v2 reports the driver's limit");
+    // Over our 256 MiB, under the driver's 512: allowed, and counted.
+    let p = ptr(&mut c, &format!("alloc13 {}", 384 * MIB));
+    assert_eq!(used(&sb, &c).data, 384 * MIB);
+    // The driver refuses beyond its own limit.
+    assert_eq!(c.cmd(&format!("alloc13 {}", 200 * MIB)).rc(), CUDA_ERROR_OUT_OF_MEMORY);
+    c.ok(&format!("free13 {p}"));
+    let logs = c.exit().shim_logs();
+    let lines: Vec<_> = logs.iter().filter(|(_, m)| m.contains("the driver enforces a hard memory limit")).collect();
+    assert_eq!(lines.len(), 1, "one info line: {logs:?}");
+}

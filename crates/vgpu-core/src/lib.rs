@@ -6,6 +6,7 @@ pub mod arrays;
 pub mod config;
 pub mod counters;
 pub mod devices;
+pub mod driverlimit;
 pub mod hostpid;
 pub mod idhash;
 pub mod ledger;

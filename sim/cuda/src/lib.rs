@@ -13,6 +13,7 @@
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, clippy::redundant_closure_call)]
 
 mod array;
+mod cgroup;
 mod checkpoint;
 mod context;
 mod counting;
