@@ -63,7 +63,9 @@ fn suspend() {
     }
     *SUSPENDED.lock() = Some(taken);
     IS_SUSPENDED.store(true, Ordering::Release);
-    crate::info!("process checkpointed: its {total} bytes of device memory are given back to the container until it is restored");
+    crate::info!(
+        "process checkpointed: its {total} bytes of device memory are given back to the container until it is restored"
+    );
 }
 
 fn resume() {

@@ -311,7 +311,9 @@ pub unsafe fn mem_alloc_from_pool_async(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocFromPoolAsync", dptr, size, stream, false, Some(pool), || unsafe { real(dptr, size, pool, stream) })
+    alloc_async("cuMemAllocFromPoolAsync", dptr, size, stream, false, Some(pool), || unsafe {
+        real(dptr, size, pool, stream)
+    })
 }
 
 pub unsafe fn mem_alloc_from_pool_async_ptsz(
@@ -321,7 +323,9 @@ pub unsafe fn mem_alloc_from_pool_async_ptsz(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true, Some(pool), || unsafe { real(dptr, size, pool, stream) })
+    alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true, Some(pool), || unsafe {
+        real(dptr, size, pool, stream)
+    })
 }
 
 fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> CUresult) -> CUresult {

@@ -77,10 +77,7 @@ mod tests {
         );
         assert_eq!(cgroup_namespace("0::/\n").as_deref(), Some("/sys/fs/cgroup"));
         // Hybrid: v1 lines first, the unified one last.
-        assert_eq!(
-            cgroup_namespace("12:memory:/docker/x\n0::/docker/x\n").as_deref(),
-            Some("/sys/fs/cgroup/docker/x")
-        );
+        assert_eq!(cgroup_namespace("12:memory:/docker/x\n0::/docker/x\n").as_deref(), Some("/sys/fs/cgroup/docker/x"));
         assert_eq!(cgroup_namespace("4:cpu:/a\n"), None);
         assert_eq!(cgroup_namespace(""), None);
         assert_eq!(cgroup_namespace("0::relative\n"), None);

@@ -7,9 +7,7 @@ use std::sync::OnceLock;
 
 fn limit() -> Option<u64> {
     static L: OnceLock<Option<u64>> = OnceLock::new();
-    *L.get_or_init(|| {
-        std::env::var("VGPU_SIM_CGROUP_LIMIT_MIB").ok()?.trim().parse::<u64>().ok().map(|m| m << 20)
-    })
+    *L.get_or_init(|| std::env::var("VGPU_SIM_CGROUP_LIMIT_MIB").ok()?.trim().parse::<u64>().ok().map(|m| m << 20))
 }
 
 /// Charging `bytes` more on `dev` would take this process over its cgroup's hard limit.

@@ -259,7 +259,16 @@ pub(crate) fn pool_create(pp: *mut CUmemoryPool, props: *const CUmemPoolProps) -
         let d = crate::pool13::pool_device(pr.location.type_, pr.location.id, pr.alloc_type)?;
         let mut sim = sim::lock();
         let h = sim::new_handle();
-        sim.pools.insert(h, Pool::at(d, pr.location.type_, crate::pool13::normalised_id(pr.location.type_, pr.location.id), pr.alloc_type, false));
+        sim.pools.insert(
+            h,
+            Pool::at(
+                d,
+                pr.location.type_,
+                crate::pool13::normalised_id(pr.location.type_, pr.location.id),
+                pr.alloc_type,
+                false,
+            ),
+        );
         unsafe { out(pp, h as CUmemoryPool) }
     })
 }

@@ -20,7 +20,10 @@ fn hard_limit() -> Option<u64> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryLimits_v1(h: nvmlDevice_t, l: *mut nvmlGetMemoryLimits_v1_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryLimits_v1(
+    h: nvmlDevice_t,
+    l: *mut nvmlGetMemoryLimits_v1_t,
+) -> nvmlReturn_t {
     ret(dev_index(h).and_then(|(d, s)| {
         if l.is_null() || unsafe { (*l).name_space.is_null() } {
             return Err(NVML_ERROR_INVALID_ARGUMENT);

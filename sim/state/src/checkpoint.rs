@@ -5,7 +5,7 @@
 //! device no longer has the room. The process's own calls are not blocked while it is locked or
 //! checkpointed (a real driver blocks them); tests make none then.
 
-use crate::{MAX_DEVICES, MAX_PROCS, SimState, ST_ALIVE, sat_sub};
+use crate::{MAX_DEVICES, MAX_PROCS, ST_ALIVE, SimState, sat_sub};
 use std::sync::atomic::Ordering;
 
 pub const RUNNING: u32 = 0;
