@@ -285,8 +285,25 @@ fn wait_slot(sb: &Sandbox, pid: u32, what: &str, want: impl Fn(&DevMem) -> bool)
 /// per kind, when it is restored; its memory is then freed as usual.
 #[test]
 fn checkpointed_process_gives_its_room_back_until_restored() {
+    checkpoint_round_trip(false);
+}
+
+/// The same where the driver holds the locked process's own state query until it runs again:
+/// NVML (no memory listed for it) tells the checkpoint instead.
+#[test]
+fn checkpoint_seen_through_nvml_when_the_driver_holds_the_query() {
+    checkpoint_round_trip(true);
+}
+
+fn checkpoint_round_trip(blocking: bool) {
     let sb = Sandbox::new("m13_checkpoint");
-    let mut a = start(&sb, 1024, 64, 0);
+    let mut a = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1024m")
+        .env("VGPU_SIM_CTX_MIB", 64)
+        .env("VGPU_SIM_DRIVER_VERSION", 13050)
+        .env("VGPU_SIM_CHECKPOINT_BLOCKS", u8::from(blocking))
+        .spawn();
+    a.init_ctx(0);
     let mut b = start(&sb, 1024, 64, 0);
     let buf = ptr(&mut a, &format!("alloc13 {}", 600 * MIB));
     let held = used(&sb, &a);
