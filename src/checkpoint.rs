@@ -90,17 +90,26 @@ fn devices_in_use(st: &state::State) -> Vec<usize> {
     }
 }
 
-/// Periodic (truth tick, `now` CLOCK_MONOTONIC ns). True while suspended.
-pub fn tick(now: u64) -> bool {
-    if now < NEXT_NS.load(Ordering::Relaxed) {
-        return suspended();
-    }
-    NEXT_NS.store(now + EVERY_NS, Ordering::Relaxed);
-    if !start_asker() {
-        return suspended();
-    }
+/// The driver has held our state question for over [`STUCK_NS`]: the process is locked.
+fn locked(now: u64) -> bool {
     let since = CALL_SINCE.load(Ordering::Acquire);
-    let checkpointed = if since != 0 && now.saturating_sub(since) > STUCK_NS {
+    since != 0 && now.saturating_sub(since) > STUCK_NS
+}
+
+/// Periodic (truth tick, `now` CLOCK_MONOTONIC ns). True while the reconciliation must not run:
+/// suspended, or locked (NVML's figures for us are in flux then).
+pub fn tick(now: u64) -> bool {
+    if now >= NEXT_NS.load(Ordering::Relaxed) {
+        NEXT_NS.store(now + EVERY_NS, Ordering::Relaxed);
+        if start_asker() {
+            poll(now);
+        }
+    }
+    suspended() || locked(now)
+}
+
+fn poll(now: u64) {
+    let checkpointed = if locked(now) {
         // Locked: the driver holds our question; NVML tells whether our memory is gone.
         let st = state::get();
         let devs = devices_in_use(st);
@@ -110,19 +119,18 @@ pub fn tick(now: u64) -> bool {
                 GONE_TICKS.store(0, Ordering::Relaxed);
                 false
             }
-            _ => return suspended(),
+            _ => return,
         }
     } else {
         GONE_TICKS.store(0, Ordering::Relaxed);
         match LAST_STATE.load(Ordering::Acquire) {
-            -1 => return suspended(),
+            -1 => return,
             s => s == i64::from(cuda_types::CU_PROCESS_STATE_CHECKPOINTED),
         }
     };
     if checkpointed != suspended() {
         if checkpointed { suspend() } else { resume() }
     }
-    suspended()
 }
 
 fn suspend() {
