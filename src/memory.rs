@@ -276,7 +276,7 @@ fn alloc_async(
     }
     let device_memory = match pool {
         Some(p) => crate::pool_place::counts(p),
-        None => crate::pool_place::current_counts(driver::current_ordinal()),
+        None => crate::pool_place::current_counts(driver::current_ordinal),
     };
     if !device_memory {
         return alloc(); // pinned host memory: not device memory

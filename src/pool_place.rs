@@ -90,12 +90,13 @@ fn driver_version() -> i32 {
     v
 }
 
-/// Do `cuMemAllocAsync` allocations on CUDA ordinal `ordinal` (its current pool) count?
-pub fn current_counts(ordinal: Option<CUdevice>) -> bool {
-    let Some(o) = ordinal else { return true };
+/// Do `cuMemAllocAsync` allocations on the current device (`ordinal`, asked only when a current
+/// pool may be other than the default) count?
+pub fn current_counts(ordinal: impl FnOnce() -> Option<CUdevice>) -> bool {
     if !CURRENT_MAY_DIFFER.load(Ordering::Acquire) && driver_version() < 13000 {
         return true;
     }
+    let Some(o) = ordinal() else { return true };
     let Some(get) = driver::cuDeviceGetMemPool() else { return true };
     let mut p: CUmemoryPool = std::ptr::null_mut();
     // SAFETY: `p` is a valid out-pointer for the call's duration.
