@@ -59,6 +59,8 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraphDeviceUpdatableNode_st *CUgraphDeviceNode;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 
 typedef unsigned long long CUmemGenericAllocationHandle_v1;
 typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
@@ -532,6 +534,14 @@ typedef enum CUstreamCaptureMode_enum {
     CU_STREAM_CAPTURE_MODE_RELAXED      = 2
 } CUstreamCaptureMode;
 
+/* Checkpointing (12.8). */
+typedef enum CUprocessState_enum {
+    CU_PROCESS_STATE_RUNNING      = 0,
+    CU_PROCESS_STATE_LOCKED       = 1,
+    CU_PROCESS_STATE_CHECKPOINTED = 2,
+    CU_PROCESS_STATE_FAILED       = 3
+} CUprocessState;
+
 /* ------------------------------------------------------------------ */
 /* Launch                                                              */
 /* ------------------------------------------------------------------ */
@@ -934,7 +944,23 @@ typedef CUresult (CUDAAPI *PFN_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemP
 CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool);
 typedef CUresult (CUDAAPI *PFN_cuMemPoolDestroy)(CUmemoryPool pool);
 
+/* ---- Green contexts and a device's current pool (src/green.rs, src/pool_place.rs) ---- */
+CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+typedef CUresult (CUDAAPI *PFN_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+
+CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx);
+typedef CUresult (CUDAAPI *PFN_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+typedef CUresult (CUDAAPI *PFN_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
+
 /* ---- Called by libvgpu (resolved from the real driver) ---- */
+CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
+typedef CUresult (CUDAAPI *PFN_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
+
+CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state);
+typedef CUresult (CUDAAPI *PFN_cuCheckpointProcessGetState)(int pid, CUprocessState *state);
+
 CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
 

@@ -16,6 +16,7 @@ pub unsafe fn init(real: pfn::cuInit, flags: c_uint) -> CUresult {
         // Attach the region and take our slot now, so the monitor sees the process early.
         let _ = state::get().devices();
         crate::truth::cuda_initialised();
+        crate::driver_limit::probe();
     }
     r
 }
@@ -147,6 +148,63 @@ pub unsafe fn ctx_destroy(real: pfn::cuCtxDestroy_v2, ctx: CUcontext) -> CUresul
         }
         crate::memory::context_torn_down(ctx as u64);
         crate::compute::ctx_destroyed(ctx);
+    }
+    r
+}
+
+// ---- green contexts ----
+//
+// A green context is a context of its own on its device: charged like a created context (NVML's
+// view of what it cost), given back when it is destroyed. `cuCtxFromGreenCtx` only names the
+// `CUcontext` it already has; allocations made while that context is current are owned by it and
+// go with the green context.
+
+pub unsafe fn green_ctx_create(
+    real: pfn::cuGreenCtxCreate,
+    pctx: *mut CUgreenCtx,
+    desc: CUdevResourceDesc,
+    dev: CUdevice,
+    flags: c_uint,
+) -> CUresult {
+    let snap = crate::compute::ctx_creating(dev);
+    let r = unsafe { real(pctx, desc, dev, flags) };
+    crate::compute::ctx_created(dev, snap, r);
+    if r != CUDA_SUCCESS || pctx.is_null() {
+        return r;
+    }
+    let st = state::get();
+    let Ok(bytes) = charge_context(dev) else {
+        // Undo the creation: the green context does not fit under the limit.
+        if let Some(destroy) = crate::hooks::cuda::real::cuGreenCtxDestroy() {
+            unsafe { destroy(*pctx) };
+        }
+        unsafe { *pctx = std::ptr::null_mut() };
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let rec = vgpu_core::ledger::AllocRecord {
+        dev: st.region_index(dev),
+        bytes,
+        kind: vgpu_core::region::UsageKind::Context,
+        owner: 0,
+    };
+    st.handles.insert(unsafe { *pctx } as u64, rec);
+    r
+}
+
+pub unsafe fn green_ctx_destroy(real: pfn::cuGreenCtxDestroy, g: CUgreenCtx) -> CUresult {
+    // Its context, asked while it still exists: what was allocated in it goes with it.
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    let have_ctx = crate::driver::cuCtxFromGreenCtx().is_some_and(|f| unsafe { f(&mut ctx, g) } == CUDA_SUCCESS);
+    let r = unsafe { real(g) };
+    if r == CUDA_SUCCESS {
+        let st = state::get();
+        if let Some(rec) = st.handles.remove(g as u64) {
+            st.ledger.release(rec.dev, rec.kind, rec.bytes);
+        }
+        if have_ctx && !ctx.is_null() {
+            crate::memory::context_torn_down(ctx as u64);
+            crate::compute::ctx_destroyed(ctx);
+        }
     }
     r
 }

@@ -88,6 +88,8 @@ called! {
     LIBCUDA fn cuDevicePrimaryCtxGetState;
     LIBCUDA fn cuDeviceGetGraphMemAttribute;
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
+    LIBCUDA fn cuCtxFromGreenCtx;
+    LIBCUDA fn cuCheckpointProcessGetState;
 }
 
 /// The calling thread's current context (null if none).

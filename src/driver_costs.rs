@@ -404,6 +404,7 @@ pub fn fork_child() {
     std::mem::forget(GRAPHS.lock().take());
     std::mem::forget(std::mem::take(&mut *POOLS.lock()));
     ANY_MEM_EXEC.store(false, Ordering::Release);
+    crate::pool_place::fork_child();
     for h in &GRAPH_HELD {
         h.store(0, Ordering::Relaxed);
     }
@@ -430,6 +431,7 @@ pub unsafe fn mem_pool_create(
     let r = unsafe { real(pool, props) };
     if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
         let p = unsafe { &*props };
+        crate::pool_place::created(unsafe { *pool }, p.location.type_ as _, p.allocType as _);
         if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
             POOLS.lock().push((unsafe { *pool } as u64, p.location.id));
         }
@@ -440,6 +442,7 @@ pub unsafe fn mem_pool_create(
 pub unsafe fn mem_pool_destroy(real: pfn::cuMemPoolDestroy, pool: CUmemoryPool) -> CUresult {
     let r = unsafe { real(pool) };
     if r == CUDA_SUCCESS {
+        crate::pool_place::destroyed(pool);
         POOLS.lock().retain(|e| e.0 != pool as u64);
     }
     r

@@ -166,7 +166,7 @@ macro_rules! hook_table {
 
 pub mod cuda {
     use super::*;
-    use crate::{context, driver_costs, launch, memory, procaddr};
+    use crate::{context, driver_costs, launch, memory, pool_place, procaddr};
 
     hook_table! {
         table = CUDA_HOOKS, lib = Lib::Cuda, ret = CUresult,
@@ -218,6 +218,8 @@ pub mod cuda {
         fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => context::ctx_create_v4;
         fn cuCtxDestroy_v2(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxSetCurrent(ctx: CUcontext);
+        fn cuGreenCtxCreate(pctx: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: c_uint) => context::green_ctx_create;
+        fn cuGreenCtxDestroy(ctx: CUgreenCtx) => context::green_ctx_destroy;
 
         // Driver-held memory, counted up front (driver_costs).
         fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) => driver_costs::module_load;
@@ -235,6 +237,7 @@ pub mod cuda {
         fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
         fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
         fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;
+        fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) => pool_place::device_set_mem_pool;
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

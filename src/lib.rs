@@ -5,6 +5,7 @@
 
 #[macro_use]
 pub mod log;
+mod checkpoint;
 mod compute;
 mod context;
 mod devices;
@@ -12,6 +13,7 @@ mod dl;
 mod dlsym_hook;
 mod driver;
 mod driver_costs;
+mod driver_limit;
 mod faults;
 mod ffi;
 mod guard;
@@ -22,6 +24,7 @@ mod memory;
 mod nvml;
 mod pfn_lookup;
 mod pidprobe;
+mod pool_place;
 mod procaddr;
 mod state;
 mod truth;

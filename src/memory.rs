@@ -100,7 +100,7 @@ pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: 
     }
     let st = state::get();
     let Some(dev) = current_region_dev(st) else { return r };
-    let limit = st.memory_limit(dev);
+    let limit = st.view_limit(dev);
     if limit > 0 {
         let usage = st.ledger.usage(dev);
         if usage >= limit {
@@ -123,7 +123,7 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
         return r;
     }
     let st = state::get();
-    let limit = st.memory_limit(st.region_index(ordinal));
+    let limit = st.view_limit(st.region_index(ordinal));
     unsafe { *bytes = views::device_total_mem(limit, *bytes as u64) as usize };
     r
 }
@@ -256,13 +256,15 @@ fn capture_of(stream: CUstream, ptsz: bool) -> Option<CUgraph> {
     crate::compute::api::capture_graph(stream, ptsz)
 }
 
-/// A stream-ordered allocation of `size` bytes on `stream` through `alloc` (the real call).
+/// A stream-ordered allocation of `size` bytes on `stream` through `alloc` (the real call), from
+/// `pool` (`None`: the current pool of the stream's device). Pinned host pools are not counted.
 fn alloc_async(
     what: &str,
     dptr: *mut CUdeviceptr,
     size: usize,
     stream: CUstream,
     ptsz: bool,
+    pool: Option<CUmemoryPool>,
     alloc: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let st = state::get();
@@ -275,6 +277,13 @@ fn alloc_async(
         }
         return r;
     }
+    let device_memory = match pool {
+        Some(p) => crate::pool_place::counts(p),
+        None => crate::pool_place::current_counts(driver::current_ordinal),
+    };
+    if !device_memory {
+        return alloc(); // pinned host memory: not device memory
+    }
     counted(st, &st.allocs, dev, size as u64, UsageKind::Data, current_ctx(), what, || {
         produced(alloc(), || unsafe { *dptr })
     })
@@ -286,7 +295,7 @@ pub unsafe fn mem_alloc_async(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocAsync", dptr, size, stream, false, || unsafe { real(dptr, size, stream) })
+    alloc_async("cuMemAllocAsync", dptr, size, stream, false, None, || unsafe { real(dptr, size, stream) })
 }
 
 pub unsafe fn mem_alloc_async_ptsz(
@@ -295,7 +304,7 @@ pub unsafe fn mem_alloc_async_ptsz(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocAsync_ptsz", dptr, size, stream, true, || unsafe { real(dptr, size, stream) })
+    alloc_async("cuMemAllocAsync_ptsz", dptr, size, stream, true, None, || unsafe { real(dptr, size, stream) })
 }
 
 pub unsafe fn mem_alloc_from_pool_async(
@@ -305,7 +314,9 @@ pub unsafe fn mem_alloc_from_pool_async(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocFromPoolAsync", dptr, size, stream, false, || unsafe { real(dptr, size, pool, stream) })
+    alloc_async("cuMemAllocFromPoolAsync", dptr, size, stream, false, Some(pool), || unsafe {
+        real(dptr, size, pool, stream)
+    })
 }
 
 pub unsafe fn mem_alloc_from_pool_async_ptsz(
@@ -315,7 +326,9 @@ pub unsafe fn mem_alloc_from_pool_async_ptsz(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true, || unsafe { real(dptr, size, pool, stream) })
+    alloc_async("cuMemAllocFromPoolAsync_ptsz", dptr, size, stream, true, Some(pool), || unsafe {
+        real(dptr, size, pool, stream)
+    })
 }
 
 fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> CUresult) -> CUresult {
@@ -354,11 +367,15 @@ pub unsafe fn mem_create(
         return unsafe { real(handle, size, prop, flags) };
     }
     let p = unsafe { &*prop };
-    if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+    let (loc_type, id) = (p.location.type_ as i32, p.location.id);
+    if !vgpu_core::locations::location_counts(loc_type) {
         return unsafe { real(handle, size, prop, flags) }; // host / NUMA memory: not device memory
     }
     let st = state::get();
-    let dev = st.region_index(p.location.id);
+    let Some(ordinal) = vgpu_core::locations::location_device(loc_type, id).or_else(driver::current_ordinal) else {
+        return unsafe { real(handle, size, prop, flags) }; // no device to count it on
+    };
+    let dev = st.region_index(ordinal);
     counted(st, &st.handles, dev, size as u64, UsageKind::Data, 0, "cuMemCreate", || {
         produced(unsafe { real(handle, size, prop, flags) }, || unsafe { *handle })
     })

@@ -46,7 +46,7 @@ fn region_dev(device: nvmlDevice_t) -> Option<usize> {
 fn limit_and_usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
     let st = state::get();
     let dev = region_dev(device)?;
-    Some((st.memory_limit(dev), st.ledger.usage(dev)))
+    Some((st.view_limit(dev), st.ledger.usage(dev)))
 }
 
 pub unsafe fn memory_info(
@@ -141,7 +141,7 @@ unsafe fn running<T>(
     }
     let st = state::get();
     let Some(dev) = region_dev(device) else { return forward() };
-    if st.memory_limit(dev) == 0 {
+    if st.view_limit(dev) == 0 {
         return forward();
     }
     match container_processes(st, dev) {

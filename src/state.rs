@@ -279,11 +279,23 @@ fn apply_override_env() {
 impl State {
     /// Memory limit of a region device: the region's live value (the monitor may own it), else
     /// the configuration's.
-    pub fn memory_limit(&self, dev: usize) -> u64 {
+    pub fn configured_limit(&self, dev: usize) -> u64 {
         match self.region {
             Some(r) => r.limit(dev),
             None => self.config.memory_limit.get(dev).copied().unwrap_or(0),
         }
+    }
+
+    /// The limit allocations on a region device are refused against: the configured one, unless
+    /// the driver enforces its own there (`driver_limit`).
+    pub fn memory_limit(&self, dev: usize) -> u64 {
+        crate::driver_limit::enforced(dev, self.configured_limit(dev))
+    }
+
+    /// The limit the views of a region device report: the driver's where it enforces one, else
+    /// the configured one.
+    pub fn view_limit(&self, dev: usize) -> u64 {
+        crate::driver_limit::shown(dev, self.configured_limit(dev))
     }
 
     /// The device mapping, built once the driver can answer (after `cuInit`).

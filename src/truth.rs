@@ -78,6 +78,7 @@ pub fn fork_child() {
     // the shim).
     unsafe { TRUTH.force_unlock_in_child() };
     crate::driver_costs::fork_child();
+    crate::checkpoint::fork_child();
 }
 
 /// CUDA is initialised in this process: make sure the watcher (which calls [`tick`]) runs, so a
@@ -250,6 +251,9 @@ pub fn tick() {
         return;
     }
     let now = now_ns();
+    if crate::checkpoint::tick(now) {
+        return; // checkpointed: nothing of ours is on the device
+    }
     let _ = with(None, |t| {
         for d in 0..MAX_DEVICES {
             if now < t.devs[d].next || !active(d) {

@@ -37,6 +37,8 @@ abi_table! {
     ctype  cuda CUgraphExec = "struct CUgraphExec_st *";
     ctype  cuda CUmemoryPool = "struct CUmemPoolHandle_st *";
     ctype  cuda CUgraphDeviceNode = "struct CUgraphDeviceUpdatableNode_st *";
+    ctype  cuda CUgreenCtx = "struct CUgreenCtx_st *";
+    ctype  cuda CUdevResourceDesc = "struct CUdevResourceDesc_st *";
     ctype  cuda CUmemGenericAllocationHandle_v1 = "unsigned long long";
     ctype  cuda CUmemGenericAllocationHandle = "CUmemGenericAllocationHandle_v1";
     ctype  cuda CUuuid = "struct CUuuid_st";
@@ -77,6 +79,7 @@ abi_table! {
     ctype  cuda CUevent_flags = "enum CUevent_flags_enum";
     ctype  cuda CUstreamCaptureStatus = "enum CUstreamCaptureStatus_enum";
     ctype  cuda CUstreamCaptureMode = "enum CUstreamCaptureMode_enum";
+    ctype  cuda CUprocessState = "enum CUprocessState_enum";
     ctype  cuda CUaccessProperty = "enum CUaccessProperty_enum";
     ctype  cuda CUaccessPolicyWindow_v1 = "struct CUaccessPolicyWindow_st";
     ctype  cuda CUaccessPolicyWindow = "CUaccessPolicyWindow_v1";
@@ -132,6 +135,10 @@ abi_table! {
     align  cuda CUgraphExec = 8;
     size   cuda CUmemoryPool = 8;
     align  cuda CUmemoryPool = 8;
+    size   cuda CUgreenCtx = 8;
+    align  cuda CUgreenCtx = 8;
+    size   cuda CUdevResourceDesc = 8;
+    align  cuda CUdevResourceDesc = 8;
     size   cuda CUgraphDeviceNode = 8;
     align  cuda CUgraphDeviceNode = 8;
     size   cuda CUmemGenericAllocationHandle_v1 = 8;
@@ -214,6 +221,8 @@ abi_table! {
     align  cuda CUstreamCaptureStatus = 4;
     size   cuda CUstreamCaptureMode = 4;
     align  cuda CUstreamCaptureMode = 4;
+    size   cuda CUprocessState = 4;
+    align  cuda CUprocessState = 4;
     size   cuda CUaccessProperty = 4;
     align  cuda CUaccessProperty = 4;
     size   cuda CUaccessPolicyWindow_v1 = 32;
@@ -634,6 +643,10 @@ abi_table! {
     value  cuda CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
     value  cuda CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
     value  cuda CU_STREAM_CAPTURE_MODE_RELAXED = 2;
+    value  cuda CU_PROCESS_STATE_RUNNING = 0;
+    value  cuda CU_PROCESS_STATE_LOCKED = 1;
+    value  cuda CU_PROCESS_STATE_CHECKPOINTED = 2;
+    value  cuda CU_PROCESS_STATE_FAILED = 3;
     value  cuda CU_ACCESS_PROPERTY_NORMAL = 0;
     value  cuda CU_ACCESS_PROPERTY_STREAMING = 1;
     value  cuda CU_ACCESS_PROPERTY_PERSISTING = 2;
@@ -858,6 +871,11 @@ abi_table! {
     func   cuda cuMemPoolCreate = PFN_cuMemPoolCreate;
     func   cuda cuMemPoolDestroy = PFN_cuMemPoolDestroy;
     func   cuda cuDeviceGetMemPool = PFN_cuDeviceGetMemPool;
+    func   cuda cuGreenCtxCreate = PFN_cuGreenCtxCreate;
+    func   cuda cuGreenCtxDestroy = PFN_cuGreenCtxDestroy;
+    func   cuda cuDeviceSetMemPool = PFN_cuDeviceSetMemPool;
+    func   cuda cuCtxFromGreenCtx = PFN_cuCtxFromGreenCtx;
+    func   cuda cuCheckpointProcessGetState = PFN_cuCheckpointProcessGetState;
     size   cuda CUjit_option = 4;
     align  cuda CUjit_option = 4;
     size   cuda CUlibraryOption = 4;

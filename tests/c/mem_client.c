@@ -46,6 +46,7 @@
  *   storm_ms SEED MS MINB MAXB MAXHELD   the same for MS milliseconds of work
  *   freeall                              frees everything the storm holds
  *   exit                                 return from main (exit handlers run)
+ *   (and the commands of mem13_cmds.c)
  */
 #include "cuda_min.h"
 #include <pthread.h>
@@ -328,6 +329,9 @@ static void nvml_procs(unsigned idx, int ver) {
     printf("\n");
 }
 
+/* Commands of the CUDA 12.4-13.x memory paths (mem13_cmds.c). */
+int mem13_command(const char *cmd, const char *line);
+
 /* ---- main loop ---- */
 
 int main(void) {
@@ -530,6 +534,7 @@ int main(void) {
             printf("bye=1\n");
             fflush(stdout);
             return 0;
+        } else if (mem13_command(cmd, line)) {
         } else {
             printf("error=unknown_command\n");
         }

@@ -299,7 +299,7 @@ pub fn locked_snap(path: &Path) -> Snap {
 /// `testbin/mem_client` (the shared on-demand builder: once per test binary, atomically replaced).
 #[track_caller]
 pub fn mem_client() -> PathBuf {
-    crate::common::c_program("mem_client", &["mem_client.c"], &["-lcuda", "-lnvidia-ml", "-lpthread"])
+    crate::common::c_program("mem_client", &["mem_client.c", "mem13_cmds.c"], &["-lcuda", "-lnvidia-ml", "-lpthread"])
 }
 
 // ------------------------------------------------------------------------------------------------

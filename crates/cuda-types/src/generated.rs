@@ -120,6 +120,18 @@ pub struct CUgraphDeviceUpdatableNode_st {
     _unused: [u8; 0],
 }
 pub type CUgraphDeviceNode = *mut CUgraphDeviceUpdatableNode_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgreenCtx_st {
+    _unused: [u8; 0],
+}
+pub type CUgreenCtx = *mut CUgreenCtx_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUdevResourceDesc_st {
+    _unused: [u8; 0],
+}
+pub type CUdevResourceDesc = *mut CUdevResourceDesc_st;
 pub type CUmemGenericAllocationHandle_v1 = ::core::ffi::c_ulonglong;
 pub type CUmemGenericAllocationHandle = CUmemGenericAllocationHandle_v1;
 #[repr(C)]
@@ -771,6 +783,12 @@ pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum = 1;
 pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum = 2;
 pub type CUstreamCaptureMode_enum = ::core::ffi::c_uint;
 pub use self::CUstreamCaptureMode_enum as CUstreamCaptureMode;
+pub const CU_PROCESS_STATE_RUNNING: CUprocessState_enum = 0;
+pub const CU_PROCESS_STATE_LOCKED: CUprocessState_enum = 1;
+pub const CU_PROCESS_STATE_CHECKPOINTED: CUprocessState_enum = 2;
+pub const CU_PROCESS_STATE_FAILED: CUprocessState_enum = 3;
+pub type CUprocessState_enum = ::core::ffi::c_uint;
+pub use self::CUprocessState_enum as CUprocessState;
 pub const CU_ACCESS_PROPERTY_NORMAL: CUaccessProperty_enum = 0;
 pub const CU_ACCESS_PROPERTY_STREAMING: CUaccessProperty_enum = 1;
 pub const CU_ACCESS_PROPERTY_PERSISTING: CUaccessProperty_enum = 2;
@@ -1630,6 +1648,24 @@ pub type PFN_cuMemPoolCreate = ::core::option::Option<
 >;
 pub type PFN_cuMemPoolDestroy =
     ::core::option::Option<unsafe extern "C" fn(pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuGreenCtxCreate = ::core::option::Option<
+    unsafe extern "C" fn(
+        phCtx: *mut CUgreenCtx,
+        desc: CUdevResourceDesc,
+        dev: CUdevice,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGreenCtxDestroy =
+    ::core::option::Option<unsafe extern "C" fn(hCtx: CUgreenCtx) -> CUresult>;
+pub type PFN_cuDeviceSetMemPool =
+    ::core::option::Option<unsafe extern "C" fn(dev: CUdevice, pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuCtxFromGreenCtx = ::core::option::Option<
+    unsafe extern "C" fn(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult,
+>;
+pub type PFN_cuCheckpointProcessGetState = ::core::option::Option<
+    unsafe extern "C" fn(pid: ::core::ffi::c_int, state: *mut CUprocessState) -> CUresult,
+>;
 pub type PFN_cuDeviceGetMemPool = ::core::option::Option<
     unsafe extern "C" fn(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
 >;

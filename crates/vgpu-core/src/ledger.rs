@@ -548,6 +548,23 @@ impl<'r> Ledger<'r> {
             _ => self.local.total(dev),
         }
     }
+
+    /// This process's own usage of `dev` per kind, `[context, module, data]`. An overflow seat
+    /// keeps totals only: all of it reads as data there.
+    pub fn own_usage_by_kind(&self, dev: usize) -> [u64; 3] {
+        if dev >= MAX_DEVICES {
+            return [0; 3];
+        }
+        let kinds = [UsageKind::Context, UsageKind::Module, UsageKind::Data];
+        match (self.seat(), self.region) {
+            (Seat::Slot(k), Some(r)) => {
+                let u = &r.shared().procs[k].used[dev];
+                kinds.map(|kind| u.category(kind).load(Ordering::Relaxed))
+            }
+            (Seat::Overflow(_), Some(_)) => [0, 0, self.own_usage(dev)],
+            _ => kinds.map(|kind| self.local.used[dev][1 + kind as usize].load(Ordering::Relaxed)),
+        }
+    }
 }
 
 /// What one allocation counted.
@@ -618,6 +635,24 @@ impl AllocTable {
 mod tests {
     use super::*;
     use crate::testutil::{fork_child, temp_region, wait_child};
+
+    #[test]
+    fn own_usage_by_kind_reads_each_category() {
+        let l = Ledger::local();
+        l.force(0, UsageKind::Context, 5);
+        l.force(0, UsageKind::Data, 7);
+        l.force(0, UsageKind::Module, 3);
+        assert_eq!(l.own_usage_by_kind(0), [5, 3, 7]);
+        assert_eq!(l.own_usage(0), 15);
+        assert_eq!(l.own_usage_by_kind(MAX_DEVICES), [0; 3]);
+        let (_p, region) = temp_region("ledger-by-kind");
+        let me = unsafe { libc::getpid() };
+        slots::attach(&region, me).unwrap();
+        let s = Ledger::shared(&region, me, true);
+        s.force(1, UsageKind::Data, 9);
+        s.force(1, UsageKind::Context, 2);
+        assert_eq!(s.own_usage_by_kind(1), [2, 0, 9]);
+    }
 
     #[test]
     fn local_mode_reserve_commit_rollback() {

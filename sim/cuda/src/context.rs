@@ -79,7 +79,7 @@ pub(crate) fn current(sim: &mut Sim) -> Result<(u64, usize), CUresult> {
     }
 }
 
-fn activate(sim: &mut Sim, dev: usize) -> Result<(), CUresult> {
+pub(crate) fn activate(sim: &mut Sim, dev: usize) -> Result<(), CUresult> {
     if sim.dev_ctx_count[dev] == 0 {
         let bytes = knobs().ctx_bytes;
         if bytes > 0 && !state().charge(my_slot(), dev, bytes) {
@@ -92,7 +92,7 @@ fn activate(sim: &mut Sim, dev: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
-fn deactivate(sim: &mut Sim, dev: usize) {
+pub(crate) fn deactivate(sim: &mut Sim, dev: usize) {
     if sim.dev_ctx_count[dev] == 0 {
         return;
     }
@@ -107,7 +107,7 @@ fn deactivate(sim: &mut Sim, dev: usize) {
 }
 
 /// Free everything owned by context `h` (allocations, streams, events, modules, arrays).
-fn teardown(sim: &mut Sim, h: u64) {
+pub(crate) fn teardown(sim: &mut Sim, h: u64) {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     crate::memory::free_ctx_allocs(sim, h);
     sim.streams.retain(|_, s| s.ctx != h);
@@ -224,6 +224,11 @@ pub(crate) fn ctx_destroy(ctx: CUcontext) -> CUresult {
         STACK.with(|s| s.borrow_mut().retain(|&x| x != h));
         Ok(())
     })
+}
+
+/// Take context `h` off this thread's stack (it is gone).
+pub(crate) fn forget_on_this_thread(h: u64) {
+    STACK.with(|s| s.borrow_mut().retain(|&x| x != h));
 }
 
 pub(crate) fn set_current(ctx: CUcontext) -> CUresult {

@@ -37,7 +37,8 @@ macro_rules! exports {
             )*
         }
 
-        pub(crate) fn entries() -> Vec<Entry> {
+        /// This list's rows of the `cuGetProcAddress` table.
+        pub(crate) fn own_entries() -> Vec<Entry> {
             vec![$( Entry {
                 base: $base,
                 ver: $ver,
@@ -50,6 +51,15 @@ macro_rules! exports {
     };
     (@pt) => { false };
     (@pt ptds) => { true };
+}
+pub(crate) use exports;
+
+/// Every row of the `cuGetProcAddress` table: this list's and the CUDA 13 memory paths'
+/// (`exports13`).
+pub(crate) fn entries() -> Vec<Entry> {
+    let mut v = own_entries();
+    v.extend(crate::exports13::own_entries());
+    v
 }
 
 /// Extra (base, version) → existing symbol rows of the cuGetProcAddress table.

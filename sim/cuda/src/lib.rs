@@ -13,17 +13,22 @@
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, clippy::redundant_closure_call)]
 
 mod array;
+mod cgroup;
+mod checkpoint;
 mod context;
 mod counting;
 mod cuda13;
 mod device;
 mod drivercost;
 mod exports;
+mod exports13;
 mod graph;
+mod green;
 mod launch;
 mod memory;
 mod module;
 mod pool;
+mod pool13;
 mod procaddr;
 mod sim;
 mod stream;

@@ -79,6 +79,10 @@ pub(crate) fn check_range(sim: &Sim, ptr: u64, len: u64) -> Result<(), CUresult>
 
 /// Charge device memory for this process (reclaiming dead processes once if full).
 pub(crate) fn charge(dev: usize, bytes: u64) -> Result<(), CUresult> {
+    if crate::cgroup::over_limit(dev, bytes) {
+        simlog!("out of memory on device {}: the cgroup's hard limit (VGPU_SIM_CGROUP_LIMIT_MIB)", dev);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
     if bytes == 0 || state().charge(my_slot(), dev, bytes) {
         Ok(())
     } else {

@@ -23,6 +23,13 @@ pub(crate) struct Pool {
     /// Block address → bytes taken from the reservation.
     pub blocks: HashMap<u64, u64>,
     pub int_attrs: [i32; 3],
+    /// `CUmemLocation` type and id, `CUmemAllocationType` (CU_MEMPOOL_ATTR_LOCATION_TYPE, _ID,
+    /// ALLOCATION_TYPE).
+    pub loc_type: u32,
+    pub loc_id: i32,
+    pub alloc_type: u32,
+    /// Pinned host memory: its reservation is not device memory and is charged to no device.
+    pub host: bool,
 }
 
 impl Pool {
@@ -37,11 +44,22 @@ impl Pool {
             is_default,
             blocks: HashMap::new(),
             int_attrs: [1, 1, 1],
+            loc_type: CU_MEM_LOCATION_TYPE_DEVICE,
+            loc_id: dev as i32,
+            alloc_type: CU_MEM_ALLOCATION_TYPE_PINNED,
+            host: false,
         }
+    }
+
+    /// A pool at location (`loc_type`, `loc_id`) of `alloc_type`; `dev` is the physical device
+    /// its reservation is charged to (ignored for pinned host pools).
+    pub(crate) fn at(dev: usize, loc_type: u32, loc_id: i32, alloc_type: u32, is_default: bool) -> Pool {
+        let host = alloc_type == CU_MEM_ALLOCATION_TYPE_PINNED && matches!(loc_type, 2..=4);
+        Pool { loc_type, loc_id, alloc_type, host, ..Pool::new(dev, is_default) }
     }
 }
 
-fn default_pool(sim: &mut Sim, dev: usize) -> u64 {
+pub(crate) fn default_pool(sim: &mut Sim, dev: usize) -> u64 {
     if let Some(&p) = sim.default_pool.get(&dev) {
         return p;
     }
@@ -51,7 +69,7 @@ fn default_pool(sim: &mut Sim, dev: usize) -> u64 {
     h
 }
 
-fn current_pool(sim: &mut Sim, dev: usize) -> u64 {
+pub(crate) fn current_pool(sim: &mut Sim, dev: usize) -> u64 {
     match sim.current_pool.get(&dev) {
         Some(&p) if sim.pools.contains_key(&p) => p,
         _ => default_pool(sim, dev),
@@ -65,8 +83,10 @@ fn trim(sim: &mut Sim, pool: u64, keep: u64) {
     if p.reserved > target {
         let give = p.reserved - target;
         p.reserved = target;
-        let dev = p.dev;
-        uncharge(dev, give);
+        let (dev, host) = (p.dev, p.host);
+        if !host {
+            uncharge(dev, give);
+        }
         simlog!("pool {:#x} trimmed by {} bytes", pool, give);
     }
 }
@@ -81,7 +101,7 @@ pub(crate) fn trim_all(sim: &mut Sim) {
 
 /// The last context on `dev` went away: drop all pool reservations there.
 pub(crate) fn release_device_pools(sim: &mut Sim, dev: usize) {
-    let ps: Vec<u64> = sim.pools.iter().filter(|(_, p)| p.dev == dev).map(|(h, _)| *h).collect();
+    let ps: Vec<u64> = sim.pools.iter().filter(|(_, p)| p.dev == dev && !p.host).map(|(h, _)| *h).collect();
     for h in ps {
         let blocks: Vec<u64> = sim.pools[&h].blocks.keys().copied().collect();
         for b in blocks {
@@ -96,12 +116,14 @@ fn alloc_from(sim: &mut Sim, pool: u64, size: u64, ctx: u64) -> Result<u64, CUre
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let p = sim.pools.get(&pool).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let dev = p.dev;
+    let (dev, host) = (p.dev, p.host);
     let b = round_up(size, 512);
     let need = p.used + b;
     if need > p.reserved {
         let grow = round_up(need, GRANULE) - p.reserved;
-        charge(dev, grow)?;
+        if !host {
+            charge(dev, grow)?;
+        }
         let p = sim.pools.get_mut(&pool).unwrap();
         p.reserved += grow;
         p.reserved_high = p.reserved_high.max(p.reserved);
@@ -217,8 +239,9 @@ pub(crate) fn device_set_mem_pool(dev: CUdevice, pool: CUmemoryPool) -> CUresult
     cu_try!({
         let d = check_dev(dev)?;
         let mut sim = sim::lock();
+        // A pinned host pool is accepted too: cuMemAllocAsync then allocates host memory.
         match sim.pools.get(&(pool as u64)) {
-            Some(p) if p.dev == d => {
+            Some(p) if p.dev == d || p.host => {
                 sim.current_pool.insert(d, pool as u64);
                 Ok(())
             }
@@ -233,13 +256,19 @@ pub(crate) fn pool_create(pp: *mut CUmemoryPool, props: *const CUmemPoolProps) -
         nonnull(pp)?;
         nonnull(props)?;
         let pr = unsafe { *props };
-        if pr.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-            return Err(CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let d = check_dev(pr.location.id).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let d = crate::pool13::pool_device(pr.location.type_, pr.location.id, pr.alloc_type)?;
         let mut sim = sim::lock();
         let h = sim::new_handle();
-        sim.pools.insert(h, Pool::new(d, false));
+        sim.pools.insert(
+            h,
+            Pool::at(
+                d,
+                pr.location.type_,
+                crate::pool13::normalised_id(pr.location.type_, pr.location.id),
+                pr.alloc_type,
+                false,
+            ),
+        );
         unsafe { out(pp, h as CUmemoryPool) }
     })
 }
@@ -290,6 +319,9 @@ pub(crate) fn pool_get_attribute(pool: CUmemoryPool, attr: i32, value: *mut c_vo
                 CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => out(value as *mut u64, p.reserved_high),
                 CU_MEMPOOL_ATTR_USED_MEM_CURRENT => out(value as *mut u64, p.used),
                 CU_MEMPOOL_ATTR_USED_MEM_HIGH => out(value as *mut u64, p.used_high),
+                crate::pool13::ATTR_ALLOCATION_TYPE => out(value as *mut u32, p.alloc_type),
+                crate::pool13::ATTR_LOCATION_ID => out(value as *mut i32, p.loc_id),
+                crate::pool13::ATTR_LOCATION_TYPE => out(value as *mut u32, p.loc_type),
                 _ => Err(CUDA_ERROR_INVALID_VALUE),
             }
         }

@@ -16,6 +16,8 @@ pub(crate) struct PhysHandle {
     pub mapped: u32,
     pub released: bool,
     pub prop: CUmemAllocationProp,
+    /// Host memory (a host / host-NUMA location): charged to no device.
+    pub host: bool,
 }
 
 unsafe impl Send for PhysHandle {}
@@ -23,18 +25,24 @@ unsafe impl Send for PhysHandle {}
 fn destroy(sim: &mut Sim, h: u64) {
     if let Some(p) = sim.phys.remove(&h) {
         unsafe { libc::close(p.fd) };
-        uncharge(p.dev, p.size);
+        if !p.host {
+            uncharge(p.dev, p.size);
+        }
     }
 }
 
-fn read_prop(prop: *const CUmemAllocationProp) -> Result<(CUmemAllocationProp, usize), CUresult> {
+/// The properties, the physical device and whether the memory is on the host: device (1) and
+/// device-locality-domain (6, device = low byte of the id) locations are device memory; host (2),
+/// host-NUMA (3) and host-NUMA-current (4) are host memory, kept against the first visible device.
+fn read_prop(prop: *const CUmemAllocationProp) -> Result<(CUmemAllocationProp, usize, bool), CUresult> {
     nonnull(prop)?;
     let p = unsafe { *prop };
-    if p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-        return Err(CUDA_ERROR_INVALID_VALUE);
+    match p.location.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => Ok((p, check_dev(p.location.id)?, false)),
+        6 => Ok((p, check_dev(p.location.id & 0xFF)?, false)),
+        2..=4 => Ok((p, crate::visible().first().copied().ok_or(CUDA_ERROR_INVALID_VALUE)?, true)),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
-    let d = check_dev(p.location.id)?;
-    Ok((p, d))
 }
 
 pub(crate) fn mem_create(
@@ -46,23 +54,27 @@ pub(crate) fn mem_create(
     cu_try!({
         check_init()?;
         nonnull(ph)?;
-        let (p, dev) = read_prop(prop)?;
+        let (p, dev, host) = read_prop(prop)?;
         let size = size as u64;
         if size == 0 || !size.is_multiple_of(GRANULE) || flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let mut sim = sim::lock();
-        charge(dev, size)?;
+        if !host {
+            charge(dev, size)?;
+        }
         let fd = unsafe { libc::memfd_create(c"vgpu-sim-vmm".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 || unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
             if fd >= 0 {
                 unsafe { libc::close(fd) };
             }
-            uncharge(dev, size);
+            if !host {
+                uncharge(dev, size);
+            }
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let h = sim::new_handle();
-        sim.phys.insert(h, PhysHandle { dev, size, fd, mapped: 0, released: false, prop: p });
+        sim.phys.insert(h, PhysHandle { dev, size, fd, mapped: 0, released: false, prop: p, host });
         unsafe { out(ph, h) }
     })
 }

@@ -7,6 +7,8 @@
 // NVML's own names, and its C functions' contract is NVIDIA's documentation.
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
+mod limits;
+
 use sim_state::{SimState, now_mono_ns};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};

@@ -4,11 +4,14 @@
 //! simctl [--state PATH] procs
 //! simctl [--state PATH] devices
 //! simctl [--state PATH] sample --interval-ms N --count K [--pids a,b]
+//! simctl [--state PATH] checkpoint PID | restore PID
 //! ```
 //! `procs`: one line per live process and device (`pid device used_bytes busy_ns has_ctx`).
 //! `devices`: `device total_bytes used_bytes busy_ns uuid`.
 //! `sample`: CSV `t_ms,pid,device,busy_ns,used_bytes` every N ms, K times (busy_ns cumulative,
 //! from the exact per-process interval record; `t_ms` since the first sample).
+//! `checkpoint`: lock and checkpoint a process as `cuda-checkpoint --toggle` does (its device memory
+//! goes back to the device); `restore`: restore and unlock it (charged again; exit 1 without room).
 //! The state file is `--state`, else `VGPU_SIM_STATE`, else `/dev/shm/vgpu-sim-<uid>.state`; it is
 //! never created by simctl.
 
@@ -17,7 +20,9 @@ use std::io::Write;
 use std::process::exit;
 
 fn usage() -> ! {
-    eprintln!("usage: simctl [--state PATH] procs | devices | sample --interval-ms N --count K [--pids a,b]");
+    eprintln!(
+        "usage: simctl [--state PATH] procs | devices | sample --interval-ms N --count K [--pids a,b] | checkpoint PID | restore PID"
+    );
     exit(2)
 }
 
@@ -43,7 +48,21 @@ fn main() {
         "procs" => procs(&st),
         "devices" => devices(&st),
         "sample" => sample(&st, &args[1..]),
+        "checkpoint" | "restore" => checkpoint(&st, &cmd, &args[1..]),
         _ => usage(),
+    }
+}
+
+fn checkpoint(st: &SimState, cmd: &str, args: &[String]) {
+    let Some(pid) = args.first().and_then(|p| p.parse::<u32>().ok()) else { usage() };
+    let r = if cmd == "checkpoint" {
+        st.checkpoint_lock(pid).and_then(|()| st.checkpoint(pid))
+    } else {
+        st.checkpoint_restore(pid).and_then(|()| st.checkpoint_unlock(pid))
+    };
+    if let Err(e) = r {
+        eprintln!("simctl: {cmd} {pid}: {e:?}");
+        exit(1);
     }
 }
 

@@ -20,6 +20,7 @@ use std::ffi::CString;
 use std::io;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering, fence};
 
+pub mod checkpoint;
 pub mod ring;
 pub use ring::{Interval, busy_in_intervals};
 
@@ -28,7 +29,7 @@ pub const MAX_PROCS: usize = 256;
 /// Intervals kept per (process, device).
 pub const RING: usize = 512;
 pub const MAGIC: u64 = 0x5647_5055_5349_4d31; // "VGPUSIM1"
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 pub const GRANULE: u64 = 2 << 20;
 
 const ST_FREE: u32 = 0;
@@ -147,6 +148,11 @@ struct Rec {
     starttime: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
     dev: [DevRing; MAX_DEVICES],
+    /// Checkpoint state (`checkpoint.rs`): 0 running, 1 locked, 2 checkpointed.
+    ckpt: AtomicU32,
+    _ckpt_pad: u32,
+    /// While checkpointed: the bytes `used` held, given back to the device.
+    saved: [AtomicU64; MAX_DEVICES],
 }
 
 #[repr(C)]
@@ -467,9 +473,11 @@ impl SimState {
                     r.pid.store(pid, Ordering::Relaxed);
                     r.starttime.store(start, Ordering::Relaxed);
                     r.ctx_mask.store(0, Ordering::Relaxed);
+                    r.ckpt.store(0, Ordering::Relaxed);
                     r.seq.fetch_add(1, Ordering::AcqRel);
                     for d in 0..MAX_DEVICES {
                         r.used[d].store(0, Ordering::Relaxed);
+                        r.saved[d].store(0, Ordering::Relaxed);
                         r.dev[d].retired.store(0, Ordering::Relaxed);
                         r.dev[d].count.store(0, Ordering::Relaxed);
                     }
@@ -727,7 +735,9 @@ impl SimState {
             }
             r.dev[d].count.store(0, Ordering::Relaxed);
             r.dev[d].retired.store(0, Ordering::Relaxed);
+            r.saved[d].store(0, Ordering::Relaxed);
         }
+        r.ckpt.store(0, Ordering::Relaxed);
         r.ctx_mask.store(0, Ordering::Relaxed);
         r.pid.store(0, Ordering::Relaxed);
         r.state.store(ST_FREE, Ordering::Release);
