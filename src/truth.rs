@@ -122,12 +122,15 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
         return Err(NoTruth::Nvml);
     }
     let h = dt.nvml as crate::ffi::nvmlDevice_t;
+    // A held probe block is ours but not in the ledger (never charged to the container): our own
+    // count includes it, so the correlator sees it move and the reconciliation never charges it.
+    let probe = dt.probe.held_bytes();
     let mut last = None;
     for _ in 0..3 {
-        let before = st.ledger.own_usage(d);
+        let before = st.ledger.own_usage(d).saturating_add(probe);
         let procs = driver::nvml_processes(h).ok_or(NoTruth::Nvml)?;
         let explained = allowance(d);
-        let after = st.ledger.own_usage(d);
+        let after = st.ledger.own_usage(d).saturating_add(probe);
         let stable = before == after;
         last = Some(Raw { before, procs, explained, after });
         if stable {
@@ -276,9 +279,10 @@ pub fn tick() {
 pub fn before_refusal(d: usize) -> bool {
     crate::guard::ffi("truth::before_refusal", false, || {
         with(Some(REFUSAL_WAIT), |t| {
-            // A held host-PID probe never costs the application an allocation.
-            let probe_freed = t.devs[d].probe.release_now(d);
-            matches!(reconcile(t, d), Ok(Step::Release(_))) || probe_freed
+            // A held probe block is not in the ledger (it never refuses anything); freeing it
+            // gives the device back the room it may hold beyond the container's limit.
+            t.devs[d].probe.release_now(d);
+            matches!(reconcile(t, d), Ok(Step::Release(_)))
         })
         .unwrap_or(false)
     })
