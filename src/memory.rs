@@ -75,6 +75,19 @@ fn counted(
     }
 }
 
+/// Runs the driver's free `free` and, when it succeeds, `then` (the uncount), as one change of
+/// this process's memory: a context measurement never sees the driver's figure without the
+/// ledger's (`Ledger::change`).
+fn freeing(free: impl FnOnce() -> CUresult, then: impl FnOnce(&State)) -> CUresult {
+    let st = state::get();
+    let _change = st.ledger.change();
+    let r = free();
+    if r == CUDA_SUCCESS {
+        then(st);
+    }
+    r
+}
+
 /// Uncount what `key` counted (nothing if unknown).
 fn uncount(st: &State, table: &AllocTable, key: u64) {
     if let Some(rec) = table.remove(key) {
@@ -212,12 +225,10 @@ pub unsafe fn mem_alloc_managed(
 }
 
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
-    let r = unsafe { real(dptr) };
-    if r == CUDA_SUCCESS && dptr != 0 {
-        let st = state::get();
-        uncount(st, &st.allocs, dptr);
+    if dptr == 0 {
+        return unsafe { real(dptr) };
     }
-    r
+    freeing(|| unsafe { real(dptr) }, |st| uncount(st, &st.allocs, dptr))
 }
 
 // ---- stream-ordered allocations ----
@@ -318,16 +329,13 @@ pub unsafe fn mem_alloc_from_pool_async_ptsz(
 fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> CUresult) -> CUresult {
     // Captured: a free node, nothing freed now (and it can only free graph memory, never counted
     // here).
-    let captured = dptr != 0 && capture_of(stream, ptsz).is_some();
-    let r = free();
+    if dptr == 0 || capture_of(stream, ptsz).is_some() {
+        return free();
+    }
     // Uncounted when the free is enqueued: the block is the application's no longer, and the
     // pool may hand it to the next allocation of the same stream at once. A graph allocation
     // freed here was never in the table: it goes back to the graph pool, which driver_costs follows.
-    if r == CUDA_SUCCESS && dptr != 0 && !captured {
-        let st = state::get();
-        uncount(st, &st.allocs, dptr);
-    }
-    r
+    freeing(free, |st| uncount(st, &st.allocs, dptr))
 }
 
 pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
@@ -362,14 +370,14 @@ pub unsafe fn mem_create(
 }
 
 pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CUmemGenericAllocationHandle) -> CUresult {
-    let r = unsafe { real(handle) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        if st.vmm.lock().released(handle) {
-            uncount(st, &st.handles, handle);
-        }
-    }
-    r
+    freeing(
+        || unsafe { real(handle) },
+        |st| {
+            if st.vmm.lock().released(handle) {
+                uncount(st, &st.handles, handle);
+            }
+        },
+    )
 }
 
 pub unsafe fn mem_map(
@@ -391,15 +399,15 @@ pub unsafe fn mem_map(
 }
 
 pub unsafe fn mem_unmap(real: pfn::cuMemUnmap, ptr: CUdeviceptr, size: usize) -> CUresult {
-    let r = unsafe { real(ptr, size) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        let free = st.vmm.lock().unmapped(ptr, size as u64);
-        for h in free {
-            uncount(st, &st.handles, h);
-        }
-    }
-    r
+    freeing(
+        || unsafe { real(ptr, size) },
+        |st| {
+            let free = st.vmm.lock().unmapped(ptr, size as u64);
+            for h in free {
+                uncount(st, &st.handles, h);
+            }
+        },
+    )
 }
 
 /// A context is gone (destroyed, last primary release, reset): the driver freed everything
@@ -457,12 +465,7 @@ pub unsafe fn array3d_create(
 }
 
 pub unsafe fn array_destroy(real: pfn::cuArrayDestroy, h: CUarray) -> CUresult {
-    let r = unsafe { real(h) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        uncount(st, &st.handles, h as u64);
-    }
-    r
+    freeing(|| unsafe { real(h) }, |st| uncount(st, &st.handles, h as u64))
 }
 
 /// Bytes of a full mip chain: each level halves every dimension (layers do not shrink).
@@ -487,12 +490,7 @@ pub unsafe fn mipmapped_array_create(
 }
 
 pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUmipmappedArray) -> CUresult {
-    let r = unsafe { real(h) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        uncount(st, &st.handles, h as u64);
-    }
-    r
+    freeing(|| unsafe { real(h) }, |st| uncount(st, &st.handles, h as u64))
 }
 
 // ---- contexts ----
@@ -512,19 +510,33 @@ pub fn host_pid(st: &State) -> i32 {
 }
 
 /// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this
-/// process minus what we already count there. A context is device memory like any other: if it
-/// does not fit under the container's limit the caller undoes the creation and reports
+/// process minus what we already count there, with no allocation or free of this process half
+/// done meanwhile (`Ledger::quiesced`: they wait for the measurement, and it for them), so the
+/// two figures describe one moment. A context is device memory like any other: if it does not
+/// fit under the container's limit the caller undoes the creation and reports
 /// `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
 pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let st = state::get();
     let dev = st.region_index(ordinal);
+    st.ledger.quiesced(|quiet| {
+        if !quiet {
+            crate::once!(
+                warn,
+                "context on device {dev}: allocations still in flight after 2 s; its charge may be off by them"
+            );
+        }
+        charge_measured(st, dev)
+    })
+}
+
+fn charge_measured(st: &State, dev: usize) -> Result<u64, ()> {
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
         return Ok(0);
     };
     let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
     if bytes > 0 {
-        match st.ledger.reserve(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
+        match st.ledger.reserve_quiesced(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
             Ok(res) => {
                 res.commit();
                 vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), dev, bytes);

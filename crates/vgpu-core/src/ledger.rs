@@ -25,7 +25,7 @@ use crate::region::{MAX_DEVICES, UsageKind};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
 use crate::sync::Mutex;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +125,46 @@ const LEASE_MIN: u64 = 4096;
 /// processes together keep three quarters of the headroom unleased.
 const LEASE_SHARE: u64 = 4;
 
+/// How long a change waits for a measurement of the process's own memory to end, and a
+/// measurement for the changes in flight to end (each bounded: a thread stopped in the middle of
+/// either never holds the other up for longer).
+const QUIET_WAIT: Duration = Duration::from_secs(2);
+
+/// This process's device-memory changes in flight (a reservation until it is committed or rolled
+/// back, a free from the driver's call until the ledger's), and the measurements that want none
+/// (a new context's cost: the driver's figure of this process less what the ledger counts for
+/// it, exact only while neither moves). One pair of counters for all devices: measurements are
+/// rare (once per context).
+#[derive(Default)]
+struct Quiet {
+    measuring: AtomicU32,
+    changing: AtomicU32,
+}
+
+/// A change of this process's device memory in flight ([`Ledger::change`]); ends when dropped.
+#[must_use = "the change ends when this guard is dropped"]
+pub struct Change<'l> {
+    quiet: &'l Quiet,
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        self.quiet.changing.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Sleeps in short steps until `done()` or `bound` passed; false on the timeout.
+fn wait_until(bound: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    true
+}
+
 /// What this process's lease on a device was granted under (process-local, read and written
 /// under the region's writer mutex). The lease word itself lives in our slot.
 #[derive(Default)]
@@ -142,6 +182,7 @@ pub struct Ledger<'r> {
     seat: AtomicUsize,
     local: LocalUsage,
     leases: [LeaseTerms; MAX_DEVICES],
+    quiet: Quiet,
 }
 
 /// A reservation: the bytes are already counted. [`commit`](Reservation::commit) keeps them;
@@ -153,6 +194,8 @@ pub struct Reservation<'l, 'r> {
     kind: UsageKind,
     bytes: u64,
     armed: bool,
+    /// In flight until committed or rolled back (none inside [`Ledger::quiesced`]).
+    _change: Option<Change<'l>>,
 }
 
 impl Reservation<'_, '_> {
@@ -189,6 +232,7 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
         }
     }
 
@@ -213,6 +257,7 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
         };
         (l, err)
     }
@@ -225,6 +270,7 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(SEAT_LOCAL),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
         }
     }
 
@@ -403,10 +449,51 @@ impl<'r> Ledger<'r> {
         Ok(())
     }
 
+    /// A change of this process's device memory begins (the driver's call of a free, then the
+    /// ledger's): waits (bounded) while a measurement of the process's own memory runs, and
+    /// keeps the next one from starting until the returned guard is dropped.
+    pub fn change(&self) -> Change<'_> {
+        let q = &self.quiet;
+        loop {
+            // Dekker with `quiesced`: our count is visible before we read theirs, theirs before
+            // they read ours, so one of the two always sees the other.
+            q.changing.fetch_add(1, Ordering::SeqCst);
+            if q.measuring.load(Ordering::SeqCst) == 0 {
+                return Change { quiet: q };
+            }
+            q.changing.fetch_sub(1, Ordering::Release);
+            if !wait_until(QUIET_WAIT, || q.measuring.load(Ordering::Acquire) == 0) {
+                // A measurement stuck for long (its thread stopped): go ahead, it will be off.
+                q.changing.fetch_add(1, Ordering::SeqCst);
+                return Change { quiet: q };
+            }
+        }
+    }
+
+    /// Runs `f` while no change of this process's device memory is in flight ([`change`],
+    /// every reservation until committed or rolled back): new ones wait until `f` returns, the
+    /// ones in flight are waited for (bounded; `f` gets false if some were still in flight at
+    /// the bound, its measurement may then be off by them). Inside `f`, reserve with
+    /// [`reserve_quiesced`](Self::reserve_quiesced) only. For measuring what the driver holds
+    /// for this process beyond the ledger (a new context's cost) without an allocation or free
+    /// half done on either side.
+    pub fn quiesced<R>(&self, f: impl FnOnce(bool) -> R) -> R {
+        /// Ends the measurement however `f` returns.
+        struct Measuring<'q>(&'q AtomicU32);
+        impl Drop for Measuring<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
+        let q = &self.quiet;
+        q.measuring.fetch_add(1, Ordering::SeqCst);
+        let _m = Measuring(&q.measuring);
+        f(wait_until(QUIET_WAIT, || q.changing.load(Ordering::SeqCst) == 0))
+    }
+
     /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none; read live by the
-    /// caller). Fast path: no lock, no system call. Over the limit: dead slots are swept, then
-    /// the check is repeated under the container lock (serialising near-limit allocators), and
-    /// re-tried briefly while another process has a reservation in flight, before refusing.
+    /// caller). Fast path: no lock, no system call. Over the limit: see `reserve_slow`. The
+    /// reservation is a change in flight ([`change`](Self::change)) until committed or rolled back.
     pub fn reserve<'l>(
         &'l self,
         dev: usize,
@@ -417,9 +504,40 @@ impl<'r> Ledger<'r> {
         if dev >= MAX_DEVICES {
             return Err(ReserveError::BadDevice(dev));
         }
+        let change = self.change();
+        let mut r = self.reserve_inner(dev, bytes, kind, limit)?;
+        r._change = Some(change);
+        Ok(r)
+    }
+
+    /// [`reserve`](Self::reserve) inside [`quiesced`](Self::quiesced) (which it would wait for).
+    pub fn reserve_quiesced<'l>(
+        &'l self,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
+        if dev >= MAX_DEVICES {
+            return Err(ReserveError::BadDevice(dev));
+        }
+        self.reserve_inner(dev, bytes, kind, limit)
+    }
+
+    fn reserved<'l>(&'l self, dev: usize, kind: UsageKind, bytes: u64) -> Reservation<'l, 'r> {
+        Reservation { ledger: self, dev, kind, bytes, armed: true, _change: None }
+    }
+
+    fn reserve_inner<'l>(
+        &'l self,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
         let seat = self.seat();
         let over = match self.try_publish(seat, dev, bytes, kind, limit, true) {
-            Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
+            Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
             Err(u) => u,
         };
         let Some(region) = self.region else {
@@ -447,7 +565,7 @@ impl<'r> Ledger<'r> {
         // lock holder cannot keep a fitting allocation from succeeding), no system call.
         if slots::revoke_leases(region, dev, own) > 0 && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
         {
-            return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true });
+            return Ok(self.reserved(dev, kind, bytes));
         }
         // Then dead slots, under the lock (a liveness probe per slot).
         let g = region.lock().map_err(ReserveError::Lock)?;
@@ -455,7 +573,7 @@ impl<'r> Ledger<'r> {
         let deadline = Instant::now() + IN_FLIGHT_RECHECK;
         loop {
             match self.try_publish(seat, dev, bytes, kind, limit, false) {
-                Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
+                Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
                 Err(usage) => {
                     if !slots::others_in_flight(region, own) || Instant::now() >= deadline {
                         return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage, limit }));
@@ -862,6 +980,41 @@ mod tests {
         l.reserve(0, MIB, UsageKind::Data, 1 << 30).unwrap().commit();
         assert_eq!(l.own_usage(0), 101 * MIB);
         assert!(l.detach());
+    }
+
+    /// A measurement of the process's own memory (a new context's cost) waits for the
+    /// reservations in flight, and the changes that come meanwhile wait for it.
+    #[test]
+    fn a_measurement_sees_no_change_half_done() {
+        use std::sync::atomic::AtomicBool;
+        let l = Ledger::local();
+        let r = l.reserve(0, 100, UsageKind::Data, 0).unwrap();
+        let measured = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            let m = sc.spawn(|| {
+                l.quiesced(|quiet| {
+                    measured.store(true, Ordering::SeqCst);
+                    assert!(quiet, "nothing in flight once it runs");
+                    // Meanwhile another thread's change waits: our own reading stays put.
+                    let before = l.own_usage(0);
+                    std::thread::sleep(Duration::from_millis(50));
+                    assert_eq!(l.own_usage(0), before, "a change passed the measurement");
+                    l.reserve_quiesced(0, 7, UsageKind::Context, 0).unwrap().commit();
+                });
+            });
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(!measured.load(Ordering::SeqCst), "the measurement waits for the reservation in flight");
+            r.commit();
+            while !measured.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            let t = Instant::now();
+            l.reserve(0, 1, UsageKind::Data, 0).unwrap().commit();
+            drop(l.change());
+            assert!(t.elapsed() >= Duration::from_millis(20), "the change did not wait for the measurement");
+            m.join().unwrap();
+        });
+        assert_eq!(l.own_usage(0), 108);
     }
 
     #[test]
