@@ -9,7 +9,7 @@ use crate::ffi::*;
 use crate::hooks::cuda::pfn;
 use crate::state::{self, State};
 use std::ffi::c_uint;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
 use vgpu_core::region::UsageKind;
 use vgpu_core::{slots, views};
@@ -47,11 +47,7 @@ fn counted(
     let reservation = match reserved {
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
-            crate::warn!(
-                "{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit",
-                o.usage,
-                o.limit
-            );
+            log_refusal(what, dev, bytes, o.usage, o.limit);
             vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -86,6 +82,35 @@ fn freeing(free: impl FnOnce() -> CUresult, then: impl FnOnce(&State)) -> CUresu
         then(st);
     }
     r
+}
+
+/// Refusals not logged since the last refusal line.
+static REFUSALS_UNLOGGED: AtomicU64 = AtomicU64::new(0);
+/// When the next refusal line may be written (CLOCK_MONOTONIC ns).
+static REFUSAL_LINE_DUE: AtomicU64 = AtomicU64::new(0);
+const REFUSAL_LINE_EVERY_NS: u64 = 1_000_000_000;
+
+/// One warning line per refusal, at most one per second: near the limit refusals come by the
+/// thousand per second, and each line is a write to stderr. The next line counts the others.
+fn log_refusal(what: &str, dev: usize, bytes: u64, usage: u64, limit: u64) {
+    if !crate::log::enabled(crate::log::WARN) {
+        return;
+    }
+    let now = crate::compute::mono_ns();
+    let due = REFUSAL_LINE_DUE.load(Ordering::Relaxed);
+    if now < due
+        || REFUSAL_LINE_DUE
+            .compare_exchange(due, now + REFUSAL_LINE_EVERY_NS, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        REFUSALS_UNLOGGED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let more = REFUSALS_UNLOGGED.swap(0, Ordering::Relaxed);
+    crate::warn!(
+        "{what}: {bytes} bytes refused on device {dev}: {usage} used + {bytes} > {limit} limit{}",
+        if more > 0 { format!(" ({more} more refused since the last line)") } else { String::new() }
+    );
 }
 
 /// Uncount what `key` counted (nothing if unknown).

@@ -14,10 +14,11 @@
 //! (no region, or both tables full).
 //!
 //! Protocol (docs/design.md, "Memory ledger"): reserve publishes into our own seat, fences and
-//! sums the container (no lock, no system call); only a reservation that would go over takes the
-//! container lock, after sweeping dead slots, and fails closed on a 1 s lock timeout
-//! ([`ReserveError::Lock`], the shim returns OOM). `release` subtracts from our own seat and
-//! never waits on another process.
+//! sums the container (no lock, no system call). A reservation that would go over takes other
+//! processes' leases back and checks again while only reservations in flight stand in its way,
+//! still without a lock, a system call or a sleep; at most once per [`REFUSAL_SWEEP_EVERY`] it
+//! also sweeps dead slots (a liveness probe per slot, the container lock only when one is dead).
+//! `release` subtracts from our own seat and never waits on another process.
 
 use crate::idhash::IdMap;
 use crate::lock::LockError;
@@ -114,8 +115,31 @@ fn decode(v: usize) -> Seat {
     }
 }
 
-/// How long a refusal re-checks while another process has a reservation in flight.
-const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(2);
+/// A check that found the container over its limit: the usage it saw (without the bytes asked
+/// for) and how much of it were other processes' reservations in flight.
+#[derive(Clone, Copy, Debug)]
+struct Over {
+    usage: u64,
+    in_flight: u64,
+}
+
+impl Over {
+    /// Over with nothing in flight (or nothing that could have changed the answer).
+    fn settled(usage: u64) -> Over {
+        Over { usage, in_flight: 0 }
+    }
+}
+
+/// A refusal that only other processes' reservations in flight caused is checked again, up to
+/// this many times, with a short spin between (a check takes well under a microsecond; one in
+/// flight for longer belongs to a descheduled process, and counts).
+const IN_FLIGHT_RECHECKS: u32 = 8;
+/// Dead slots are swept on the refusal path at most once per this period per process (the
+/// housekeeping thread sweeps the container every 250 ms besides): each sweep costs a liveness
+/// probe (`kill`, a `/proc` read) per slot.
+const REFUSAL_SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// Bound on the container lock for a sweep on the refusal path.
+const REFUSAL_SWEEP_LOCK: Duration = Duration::from_millis(20);
 
 /// Largest lease a checked publication asks for (docs/design.md "Memory ledger", leases).
 pub const LEASE_MAX: u64 = 64 << 20;
@@ -183,6 +207,10 @@ pub struct Ledger<'r> {
     local: LocalUsage,
     leases: [LeaseTerms; MAX_DEVICES],
     quiet: Quiet,
+    /// Origin of `next_sweep_us` (no system call to read: the vDSO clock).
+    born: Instant,
+    /// When the refusal path may sweep dead slots again, µs after `born`.
+    next_sweep_us: AtomicU64,
 }
 
 /// A reservation: the bytes are already counted. [`commit`](Reservation::commit) keeps them;
@@ -233,6 +261,8 @@ impl<'r> Ledger<'r> {
             local: LocalUsage::new(),
             leases: Default::default(),
             quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -258,6 +288,8 @@ impl<'r> Ledger<'r> {
             local: LocalUsage::new(),
             leases: Default::default(),
             quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         };
         (l, err)
     }
@@ -271,6 +303,8 @@ impl<'r> Ledger<'r> {
             local: LocalUsage::new(),
             leases: Default::default(),
             quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -343,8 +377,7 @@ impl<'r> Ledger<'r> {
     /// Publish-then-check under our process's writer mutex (threads of one process take turns;
     /// other processes never wait). With a slot, see [`publish_in_slot`](Self::publish_in_slot).
     /// Overflow and local seats publish into their totals directly and take them back when
-    /// over. `grant`: a slot may ask for a lease. `Ok(())` or the container usage that was over
-    /// (without `bytes`).
+    /// over. `grant`: a slot may ask for a lease. `Ok(())` or what the check saw.
     fn try_publish(
         &self,
         seat: Seat,
@@ -353,7 +386,7 @@ impl<'r> Ledger<'r> {
         kind: UsageKind,
         limit: u64,
         grant: bool,
-    ) -> Result<(), u64> {
+    ) -> Result<(), Over> {
         let region = match (seat, self.region) {
             (Seat::Local, _) | (_, None) => None,
             (_, Some(r)) => Some(r),
@@ -365,21 +398,24 @@ impl<'r> Ledger<'r> {
             return Ok(());
         }
         if bytes > limit {
-            return Err(self.container(seat, dev));
+            return Err(Over::settled(self.container(seat, dev)));
         }
         if let (Seat::Slot(k), Some(r)) = (seat, region) {
             return self.publish_in_slot(r, k, dev, bytes, kind, limit, grant);
         }
         self.write_own(seat, dev, kind, true, bytes);
         fence(Ordering::SeqCst);
-        let sum = match (region, self.region) {
-            (Some(r), _) => slots::checked_total(r, dev),
-            (None, Some(r)) => slots::checked_total(r, dev).saturating_add(self.local.total(dev)),
-            (None, None) => self.local.total(dev),
+        let c = match (region, self.region) {
+            (Some(r), _) => slots::checked_sum(r, dev),
+            (None, Some(r)) => {
+                let c = slots::checked_sum(r, dev);
+                slots::CheckedSum { sum: c.sum.saturating_add(self.local.total(dev)), ..c }
+            }
+            (None, None) => slots::CheckedSum { sum: self.local.total(dev), live: 1, pending: 0 },
         };
-        if sum > limit {
+        if c.sum > limit {
             self.write_own(seat, dev, kind, false, bytes);
-            return Err(sum.saturating_sub(bytes));
+            return Err(Over { usage: c.sum.saturating_sub(bytes), in_flight: c.pending });
         }
         Ok(())
     }
@@ -403,7 +439,7 @@ impl<'r> Ledger<'r> {
         kind: UsageKind,
         limit: u64,
         grant: bool,
-    ) -> Result<(), u64> {
+    ) -> Result<(), Over> {
         let s = &r.shared().procs[k];
         let terms = &self.leases[dev];
         let held = slots::lease(s, dev).load(Ordering::Acquire);
@@ -416,12 +452,12 @@ impl<'r> Ledger<'r> {
             // publication (Dekker, as below), and stop refilling until the next grant.
             terms.cap.store(0, Ordering::Relaxed);
             fence(Ordering::SeqCst);
-            let sum = slots::checked_total(r, dev);
-            if sum <= limit {
+            let c = slots::checked_sum(r, dev);
+            if c.sum <= limit {
                 return Ok(());
             }
             slots::write_usage(s, dev, kind, false, bytes);
-            return Err(sum.saturating_sub(bytes));
+            return Err(Over { usage: c.sum.saturating_sub(bytes), in_flight: c.pending });
         }
         let ask = if grant && bytes.saturating_add(LEASE_MAX) <= slots::PENDING_MAX { LEASE_MAX } else { 0 };
         slots::set_pending(s, dev, bytes + ask);
@@ -435,7 +471,9 @@ impl<'r> Ledger<'r> {
         if without_lease > limit {
             slots::set_pending(s, dev, 0);
             terms.cap.store(0, Ordering::Relaxed);
-            return Err(without_lease.saturating_sub(bytes));
+            // Our own publication is in the pending sum: the rest is other processes'.
+            let in_flight = c.pending.saturating_sub(bytes + ask);
+            return Err(Over { usage: without_lease.saturating_sub(bytes), in_flight });
         }
         let share = (limit - without_lease) / (LEASE_SHARE * c.live.max(1) as u64);
         let lease = if share.min(ask) >= LEASE_MIN { share.min(ask) } else { 0 };
@@ -538,15 +576,21 @@ impl<'r> Ledger<'r> {
         let seat = self.seat();
         let over = match self.try_publish(seat, dev, bytes, kind, limit, true) {
             Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
-            Err(u) => u,
+            Err(o) => o,
         };
         let Some(region) = self.region else {
-            return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over, limit }));
+            return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over.usage, limit }));
         };
-        self.reserve_slow(region, seat, dev, bytes, kind, limit)
+        self.reserve_slow(region, seat, dev, bytes, kind, limit, over)
     }
 
+    /// Over the limit, before refusing: (1) other processes' leases are taken back; (2) a
+    /// refusal that only other processes' reservations in flight caused is checked again a few
+    /// times (they commit or retract within a check); (3) at most once per
+    /// [`REFUSAL_SWEEP_EVERY`], and only if a lock-free scan finds one, dead slots are swept
+    /// under the container lock. No sleep; no system call except that bounded sweep.
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn reserve_slow<'l>(
         &'l self,
         region: &'r Region,
@@ -555,33 +599,55 @@ impl<'r> Ledger<'r> {
         bytes: u64,
         kind: UsageKind,
         limit: u64,
+        first: Over,
     ) -> Result<Reservation<'l, 'r>, ReserveError> {
         let own = match seat {
             Seat::Slot(k) => Some(k),
             _ => None,
         };
-        // Near the limit, other processes' leases are the first headroom to take back: no lock
-        // (a revocation is one swap per lease, safe against its owner at any time, so a stopped
-        // lock holder cannot keep a fitting allocation from succeeding), no system call.
-        if slots::revoke_leases(region, dev, own) > 0 && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
-        {
-            return Ok(self.reserved(dev, kind, bytes));
-        }
-        // Then dead slots, under the lock (a liveness probe per slot).
-        let g = region.lock().map_err(ReserveError::Lock)?;
-        slots::sweep_locked(&g, self.pid(), &slots::is_dead);
-        let deadline = Instant::now() + IN_FLIGHT_RECHECK;
-        loop {
+        // A revocation is one swap per lease, safe against its owner at any time, so a stopped
+        // lock holder cannot keep a fitting allocation from succeeding.
+        let revoked = slots::revoke_leases(region, dev, own) > 0;
+        // Would it fit without the others' reservations in flight? Then it is checked again.
+        let contended = |o: &Over| o.usage.saturating_sub(o.in_flight).saturating_add(bytes) <= limit;
+        let mut over = first;
+        let mut n = 0;
+        while (n == 0 && revoked) || (contended(&over) && n < IN_FLIGHT_RECHECKS) {
+            for _ in 0..(16u32 << n.min(4)) {
+                std::hint::spin_loop();
+            }
             match self.try_publish(seat, dev, bytes, kind, limit, false) {
                 Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
-                Err(usage) => {
-                    if !slots::others_in_flight(region, own) || Instant::now() >= deadline {
-                        return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage, limit }));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+                Err(o) => over = o,
+            }
+            n += 1;
+        }
+        if self.sweep_due() && slots::has_sweepable(region, self.pid(), &slots::is_dead) {
+            if let Ok(g) = region.lock_timeout(REFUSAL_SWEEP_LOCK) {
+                slots::sweep_locked(&g, self.pid(), &slots::is_dead);
+            }
+            match self.try_publish(seat, dev, bytes, kind, limit, false) {
+                Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
+                Err(o) => over = o,
             }
         }
+        Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over.usage, limit }))
+    }
+
+    /// The refusal path may sweep now (at most once per [`REFUSAL_SWEEP_EVERY`] per process).
+    fn sweep_due(&self) -> bool {
+        let now = self.born.elapsed().as_micros() as u64;
+        let due = self.next_sweep_us.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .next_sweep_us
+                .compare_exchange(
+                    due,
+                    now + REFUSAL_SWEEP_EVERY.as_micros() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// Counts `bytes` without a limit check: memory the driver already holds (reconciled
@@ -939,6 +1005,36 @@ mod tests {
         assert_eq!(lease_of(&region, ka, 0), 0);
         assert_eq!(slots::checked_total(&region, 0), LIMIT - MIB);
         b.release(0, UsageKind::Data, LIMIT - MIB);
+        assert!(a.detach() && b.detach());
+    }
+
+    /// Near the limit a refusal takes no lock: a stopped holder of the container lock (here: the
+    /// test) neither delays it nor turns it into a lock error. A reservation in flight of another
+    /// process counts while it lasts (checked again a few times, never slept on), and once it is
+    /// gone the allocation fits.
+    #[test]
+    fn a_refusal_takes_no_lock_and_counts_reservations_in_flight() {
+        let (_p, region) = temp_region("ledger-refusal");
+        let (a, _) = Ledger::attach(&region, unsafe { libc::getpid() });
+        let (b, _) = Ledger::attach(&region, 1); // init: always alive
+        let Seat::Slot(kb) = b.seat() else { panic!("no slot") };
+        const LIMIT: u64 = 100 * MIB;
+        let g = region.lock().unwrap();
+        a.reserve(0, 60 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        a.revoke_leases(0);
+        for _ in 0..3 {
+            let e = a.reserve(0, 50 * MIB, UsageKind::Data, LIMIT).err().unwrap();
+            assert!(matches!(e, ReserveError::OverLimit(OverLimit { usage, .. }) if usage == 60 * MIB), "{e}");
+        }
+        // B's reservation of 30 MiB in flight (its process stopped in the middle of its check).
+        slots::set_pending(&region.shared().procs[kb], 0, 30 * MIB);
+        let e = a.reserve(0, 20 * MIB, UsageKind::Data, LIMIT).err().unwrap();
+        assert!(matches!(e, ReserveError::OverLimit(OverLimit { usage, .. }) if usage == 90 * MIB), "{e}");
+        slots::set_pending(&region.shared().procs[kb], 0, 0);
+        a.reserve(0, 20 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(slots::container_total(&region, 0), 80 * MIB);
+        drop(g);
+        a.release(0, UsageKind::Data, 80 * MIB);
         assert!(a.detach() && b.detach());
     }
 
