@@ -87,7 +87,16 @@ fn the_context_is_charged_before_the_first_allocations_pass_it() {
         assert_eq!(m.context, CTX_MIB * MIB, "the context is charged exactly: {m:?} {ctx}");
         assert_eq!(m.data, fit * EACH_MIB * MIB, "{m:?} {ctx}");
         assert!(s.container_total(0) <= LIMIT, "{ctx}");
-        assert_eq!(m.total, driver_used(&sb, c.pid), "counted = what the driver holds: {ctx}");
+        let procs = || {
+            let o = Command::new(&artifacts().simctl).arg("--state").arg(sb.state()).arg("procs").output();
+            o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+        };
+        assert_eq!(
+            m.total,
+            driver_used(&sb, c.pid),
+            "counted = what the driver holds: {ctx}\nsimctl procs:\n{}",
+            procs()
+        );
 
         c.send_line("free").unwrap();
         let freed = c.recv_line(Duration::from_secs(10)).expect("free reply");
