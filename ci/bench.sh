@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Benchmarks, reported against running without the shim in the same run (never timed assertions
 # in tests). Sections: memory (this file: alloc+free pairs, cuMemGetInfo, syscalls per call, the
-# SIGKILL storm) and compute (ci/bench_compute.sh: limiter accuracy table, plot, launch overhead).
+# SIGKILL storm, allocation near the limit) and compute (ci/bench_compute.sh: limiter accuracy
+# table, plot, launch overhead).
 #
 #   ci/bench.sh                       both sections
-#   BENCH_MEMORY_ONLY=1 ci/bench.sh   memory only (~3 min on 2 cores)
-#   BENCH_MEMORY_SECTIONS=paired      only some memory sections (process, paired, syscalls, storm)
+#   BENCH_MEMORY_ONLY=1 ci/bench.sh   memory only (~3 min on 2 cores, ~2 min more near the limit)
+#   BENCH_MEMORY_SECTIONS=paired      only some memory sections (process, paired, syscalls, storm,
+#                                     nearlimit)
 #   BENCH_ROUNDS=7 ALLOC_ITERS=20000 STORM_SECS=2 STORM_ROUNDS=5   (defaults)
+#   LIMIT_ROUNDS=5 LIMIT_ITERS=20000  (near the limit; defaults)
+#   VGPU_BENCH_SHIM=path/libvgpu.so   measure another build of the shim (e.g. an older one)
 #
 # Memory figures: every configuration runs once per round, without and with the shim back to
 # back (interleaved); a configuration's figure per round is the mean of its processes' medians;
@@ -15,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=ci/simgpu.sh
 . ci/simgpu.sh
+shim="${VGPU_BENCH_SHIM:-$shim}"
 mkdir -p "$out/bench"
 cc -O2 -o "$out/bench/alloc_bench" ci/bench/alloc_bench.c -ldl
 export BENCH_BIN="$out/bench/alloc_bench" BENCH_SHIM="$shim" BENCH_WORK="$work"
@@ -27,7 +32,9 @@ ITERS = int(os.environ.get("ALLOC_ITERS", "20000"))
 STORM_SECS = float(os.environ.get("STORM_SECS", "2"))
 STORM_ROUNDS = int(os.environ.get("STORM_ROUNDS", "5"))
 # Sections of this file to run (all by default): process, paired, syscalls, storm.
-SECTIONS = os.environ.get("BENCH_MEMORY_SECTIONS", "process,paired,syscalls,storm").split(",")
+SECTIONS = os.environ.get("BENCH_MEMORY_SECTIONS", "process,paired,syscalls,storm,nearlimit").split(",")
+LIMIT_ROUNDS = int(os.environ.get("LIMIT_ROUNDS", "5"))
+LIMIT_ITERS = int(os.environ.get("LIMIT_ITERS", "20000"))
 
 SIM_N = [0]
 
@@ -43,9 +50,9 @@ def env(shim, cache="bench.cache", fresh_sim=True):
         e.update(LD_PRELOAD=SHIM, CUDA_DEVICE_MEMORY_LIMIT="8g", CUDA_DEVICE_MEMORY_SHARED_CACHE=f"{WORK}/{cache}")
     return e
 
-def outputs(mode, n, e):
+def outputs(mode, n, e, iters=None):
     """Runs `n` alloc_bench processes of `mode` at once; their `key=value` outputs."""
-    ps = [subprocess.Popen([BIN, mode, str(ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    ps = [subprocess.Popen([BIN, mode, str(iters or ITERS)], env=e, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     res = []
     for p in ps:
         out, _ = p.communicate()
@@ -182,16 +189,18 @@ if "syscalls" in SECTIONS:
     print()
 
 # ---- SIGKILL storm: 6 allocating processes of one container, one killed every 0.3 s ----------
-def storm(shim, kills, tag, idle_thread=False):
+def storm(shim, kills, tag, idle_thread=False, mode="storm", at_limit=False):
     ctr = f"{WORK}/storm.{tag}.ctr"
     with open(ctr, "wb") as f:
         f.write(b"\0" * 8)
     cache = f"storm.{tag}.cache"
     ms = str(int(STORM_SECS * 1000) + 2000)  # outlive the window; stopped at its end
     e = env(shim, cache)  # one simulated GPU for the whole storm (restarts included)
+    if at_limit:
+        e = at_the_limit(e, shim)
     if idle_thread:
         e["ALLOC_BENCH_IDLE_THREAD"] = "1"
-    start = lambda: subprocess.Popen([BIN, "storm", ms, ctr], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = lambda: subprocess.Popen([BIN, mode, ms, ctr], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ps = [start() for _ in range(6)]
     time.sleep(0.3)  # all initialised
     read = lambda: int.from_bytes(open(ctr, "rb").read(8), "little")
@@ -236,6 +245,91 @@ if "storm" in SECTIONS:
     m, rs = kept("kills", "shim")
     print(f"| (the kills alone: shim with kills vs shim without) | | {m:.0f} % ({', '.join(f'{x:.0f}' for x in rs)}) |")
     print()
+
+# ---- allocation near the limit (docs/benchmarks.md "Allocation near the limit") -------------
+# A device of 1 GiB and, with the shim, a container limit of 1 GiB: every process allocates
+# 2-64 MiB blocks and keeps up to 64 of them (far more than fit), freeing the oldest when an
+# attempt is refused, so the container stays at its limit and about every other attempt is
+# refused: by the driver's own OOM without the shim, by the shim's limit with it. No context
+# cost (VGPU_SIM_CTX_MIB=0): both sides hold the same blocks. The simulated driver refuses from
+# its counters as a real one does (VGPU_SIM_FAST_OOM=1), not after a /proc scan of every process.
+def at_the_limit(e, shim):
+    e["VGPU_SIM_MEM_MIB"] = "1024"
+    e["VGPU_SIM_CTX_MIB"] = "0"
+    e["VGPU_SIM_FAST_OOM"] = "1"
+    if shim:
+        e["CUDA_DEVICE_MEMORY_LIMIT"] = "1g"
+        e["LIBCUDA_LOG_LEVEL"] = "1"  # the refusal lines (one per second per process) off the bench's output
+    return e
+
+def run_limit(n, shim):
+    outs = outputs("limit", n, at_the_limit(env(shim, f"limit.{n}.cache"), shim), LIMIT_ITERS)
+    mean = lambda k: sum(o[k] for o in outs) / n
+    return sum(o["ok_rate"] for o in outs), mean("ok_median_ns"), mean("oom_median_ns")
+
+def limit_syscalls(shim, lengths=(2000, 12000)):
+    """System calls per attempt of 4 processes at the limit, all their threads (strace -f -c;
+    the difference of two loop lengths cancels start-up). All four are traced alike: a traced
+    process among untraced ones is slower and starves, which would hide its refusals' cost."""
+    counts = []
+    for n in lengths:
+        e = at_the_limit(env(shim, f"stracelimit.{n}.cache"), shim)
+        f = f"{WORK}/strace.limit.{n}"
+        four = f'for i in 1 2 3 4; do "{BIN}" limit {n} & done; wait'
+        subprocess.run(["strace", "-f", "-c", "-o", f, "sh", "-c", four], env=e, stdout=subprocess.DEVNULL, check=True)
+        per = {}
+        for line in open(f):
+            p = line.split()
+            if len(p) >= 5 and p[0][0].isdigit() and p[-1] != "total":
+                per[p[-1]] = int(p[3])
+        counts.append(per)
+    keys = set(counts[0]) | set(counts[1])
+    return {k: (counts[1].get(k, 0) - counts[0].get(k, 0)) / (4 * (lengths[1] - lengths[0])) for k in keys}
+
+if "nearlimit" in SECTIONS:
+    lres = {(n, shim): [] for n in (1, 4, 8) for shim in (False, True)}
+    for r in range(LIMIT_ROUNDS):
+        for n in (1, 4, 8):
+            for shim in ((False, True) if r % 2 == 0 else (True, False)):
+                lres[(n, shim)].append(run_limit(n, shim))
+    print(f"## Memory: allocation near the limit ({LIMIT_ROUNDS} interleaved rounds, {LIMIT_ITERS} attempts per process per round; device 1 GiB, limit 1 GiB)")
+    print()
+    print("| processes | allocations/s, no shim | allocations/s, shim | kept (median of per-round ratios; range) | success: driver / shim / added (ns) | refusal: driver OOM / shim (ns) | refusal ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in (1, 4, 8):
+        b, w = lres[(n, False)], lres[(n, True)]
+        kept = [100 * y[0] / x[0] for x, y in zip(b, w)]
+        med = lambda rows, i: statistics.median(x[i] for x in rows)
+        ok_b, ok_w, oom_b, oom_w = med(b, 1), med(w, 1), med(b, 2), med(w, 2)
+        print(f"| {n} | {med(b, 0):.0f} | {med(w, 0):.0f} | **{statistics.median(kept):.0f} %** ({min(kept):.0f} … {max(kept):.0f}) "
+              f"| {ok_b:.0f} / {ok_w:.0f} / {ok_w - ok_b:+.0f} | {oom_b:.0f} / {oom_w:.0f} | **{oom_w / max(oom_b, 1):.1f}×** |")
+    print()
+    kinds = [("base", False, False), ("shim", True, False), ("kills", True, True)]
+    srates = {k[0]: [] for k in kinds}
+    for r in range(STORM_ROUNDS):
+        for name, shim, kills in (kinds if r % 2 == 0 else kinds[::-1]):
+            srates[name].append(storm(shim, kills, f"limit{name}{r}", mode="stormlimit", at_limit=True)[0])
+    print(f"SIGKILL storm at the limit (6 processes, the loop above, one killed every 0.3 s and restarted; {STORM_SECS:g} s windows, {STORM_ROUNDS} rounds):")
+    print()
+    print("| configuration | allocations/s (median) | kept vs no shim (median of per-round ratios; rounds) |")
+    print("|---|---:|---:|")
+    print(f"| no shim, no kills | {statistics.median(srates['base']):.0f} | 100 % |")
+    for name, label in (("shim", "shim, no kills"), ("kills", "shim, one SIGKILL every 0.3 s")):
+        ratios = [100 * x / y for x, y in zip(srates[name], srates["base"])]
+        print(f"| {label} | {statistics.median(srates[name]):.0f} | **{statistics.median(ratios):.0f} %** ({', '.join(f'{x:.0f}' for x in ratios)}) |")
+    print()
+    if shutil.which("strace"):
+        a, b = limit_syscalls(False), limit_syscalls(True)
+        fmt = lambda d: ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items()) if v >= 0.001) or "none"
+        print("System calls per attempt, 4 processes at the limit (strace -f -c, every thread of the 4):")
+        print()
+        print("| | per attempt |")
+        print("|---|---|")
+        print(f"| no shim | {fmt(a)} |")
+        print(f"| shim | {fmt(b)} |")
+        added = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+        print(f"| added by the shim | {', '.join(f'{k} {v:+.3f}' for k, v in sorted(added.items()) if abs(v) >= 0.001) or 'none'} |")
+        print()
 PY
 if [[ -z ${BENCH_MEMORY_ONLY:-} && -x ci/bench_compute.sh ]]; then
   ci/bench_compute.sh

@@ -1,6 +1,8 @@
 //! Driver init and contexts. Each context costs device memory, charged through `memory`.
 //! Primary contexts are refcounted by the driver; we mirror the count per device so the charge
-//! is made once on the first retain and given back on the last release or a reset.
+//! is made once on the first retain and given back on the last release or a reset. The mirror
+//! and the charge are kept under one mutex per device, so no retain returns (and no thread of a
+//! runtime that retains per thread allocates in the context) before the context is charged.
 
 use crate::ffi::*;
 use crate::hooks::cuda::pfn;
@@ -8,7 +10,26 @@ use crate::memory::{charge_context, uncharge_context};
 use crate::state;
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+use vgpu_core::lock::{PidMutex, PidMutexGuard};
 use vgpu_core::region::MAX_DEVICES;
+
+/// Per CUDA ordinal: the primary context's reference mirror and its charge change under it
+/// (fork-safe: a child frees one a parent's thread held).
+static PRIMARY_BOOK: [PidMutex; MAX_DEVICES] = [const { PidMutex::new() }; MAX_DEVICES];
+/// Bound on waiting for it (a first charge is one NVML reading).
+const BOOK_WAIT: Duration = Duration::from_secs(5);
+
+fn primary_book(d: usize) -> Option<PidMutexGuard<'static>> {
+    let g = PRIMARY_BOOK[d].lock_timeout(BOOK_WAIT);
+    if g.is_none() {
+        crate::once!(
+            warn,
+            "primary context of device {d}: its charge is taking over {BOOK_WAIT:?}; going on without waiting"
+        );
+    }
+    g
+}
 
 pub unsafe fn init(real: pfn::cuInit, flags: c_uint) -> CUresult {
     let r = unsafe { real(flags) };
@@ -39,6 +60,8 @@ pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUc
     if !pctx.is_null() {
         st.primary_ctx[d].store(unsafe { *pctx } as u64, Ordering::Release);
     }
+    // Every retainer waits here for a first retainer's charge in progress.
+    let _book = primary_book(d);
     if st.primary_refs[d].fetch_add(1, Ordering::AcqRel) == 0 {
         match charge_context(dev) {
             Ok(bytes) => st.primary_bytes[d].store(bytes, Ordering::Release),
@@ -58,6 +81,7 @@ pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUc
 fn drop_primary(dev: CUdevice, all: bool) {
     let Some(d) = ordinal_slot(dev) else { return };
     let st = state::get();
+    let _book = primary_book(d);
     let prev = if all {
         st.primary_refs[d].swap(0, Ordering::AcqRel)
     } else {

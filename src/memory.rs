@@ -9,7 +9,7 @@ use crate::ffi::*;
 use crate::hooks::cuda::pfn;
 use crate::state::{self, State};
 use std::ffi::c_uint;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
 use vgpu_core::region::UsageKind;
 use vgpu_core::{slots, views};
@@ -50,11 +50,7 @@ fn counted(
     let reservation = match reserved {
         Ok(r) => r,
         Err(ReserveError::OverLimit(o)) => {
-            crate::warn!(
-                "{what}: {bytes} bytes refused on device {dev}: {} used + {bytes} > {} limit",
-                o.usage,
-                o.limit
-            );
+            log_refusal(what, dev, bytes, o.usage, o.limit);
             vgpu_core::counters::record_refusal(st.region.and_then(|r| r.ext()), dev, bytes);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -76,6 +72,48 @@ fn counted(
         }
         Err(code) => code,
     }
+}
+
+/// Runs the driver's free `free` and, when it succeeds, `then` (the uncount), as one change of
+/// this process's memory: a context measurement never sees the driver's figure without the
+/// ledger's (`Ledger::change`).
+fn freeing(free: impl FnOnce() -> CUresult, then: impl FnOnce(&State)) -> CUresult {
+    let st = state::get();
+    let _change = st.ledger.change();
+    let r = free();
+    if r == CUDA_SUCCESS {
+        then(st);
+    }
+    r
+}
+
+/// Refusals not logged since the last refusal line.
+static REFUSALS_UNLOGGED: AtomicU64 = AtomicU64::new(0);
+/// When the next refusal line may be written (CLOCK_MONOTONIC ns).
+static REFUSAL_LINE_DUE: AtomicU64 = AtomicU64::new(0);
+const REFUSAL_LINE_EVERY_NS: u64 = 1_000_000_000;
+
+/// One warning line per refusal, at most one per second: near the limit refusals come by the
+/// thousand per second, and each line is a write to stderr. The next line counts the others.
+fn log_refusal(what: &str, dev: usize, bytes: u64, usage: u64, limit: u64) {
+    if !crate::log::enabled(crate::log::WARN) {
+        return;
+    }
+    let now = crate::compute::mono_ns();
+    let due = REFUSAL_LINE_DUE.load(Ordering::Relaxed);
+    if now < due
+        || REFUSAL_LINE_DUE
+            .compare_exchange(due, now + REFUSAL_LINE_EVERY_NS, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        REFUSALS_UNLOGGED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let more = REFUSALS_UNLOGGED.swap(0, Ordering::Relaxed);
+    crate::warn!(
+        "{what}: {bytes} bytes refused on device {dev}: {usage} used + {bytes} > {limit} limit{}",
+        if more > 0 { format!(" ({more} more refused since the last line)") } else { String::new() }
+    );
 }
 
 /// Uncount what `key` counted (nothing if unknown).
@@ -215,12 +253,10 @@ pub unsafe fn mem_alloc_managed(
 }
 
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
-    let r = unsafe { real(dptr) };
-    if r == CUDA_SUCCESS && dptr != 0 {
-        let st = state::get();
-        uncount(st, &st.allocs, dptr);
+    if dptr == 0 {
+        return unsafe { real(dptr) };
     }
-    r
+    freeing(|| unsafe { real(dptr) }, |st| uncount(st, &st.allocs, dptr))
 }
 
 // ---- stream-ordered allocations ----
@@ -334,16 +370,13 @@ pub unsafe fn mem_alloc_from_pool_async_ptsz(
 fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> CUresult) -> CUresult {
     // Captured: a free node, nothing freed now (and it can only free graph memory, never counted
     // here).
-    let captured = dptr != 0 && capture_of(stream, ptsz).is_some();
-    let r = free();
+    if dptr == 0 || capture_of(stream, ptsz).is_some() {
+        return free();
+    }
     // Uncounted when the free is enqueued: the block is the application's no longer, and the
     // pool may hand it to the next allocation of the same stream at once. A graph allocation
     // freed here was never in the table: it goes back to the graph pool, which driver_costs follows.
-    if r == CUDA_SUCCESS && dptr != 0 && !captured {
-        let st = state::get();
-        uncount(st, &st.allocs, dptr);
-    }
-    r
+    freeing(free, |st| uncount(st, &st.allocs, dptr))
 }
 
 pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
@@ -382,14 +415,14 @@ pub unsafe fn mem_create(
 }
 
 pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CUmemGenericAllocationHandle) -> CUresult {
-    let r = unsafe { real(handle) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        if st.vmm.lock().released(handle) {
-            uncount(st, &st.handles, handle);
-        }
-    }
-    r
+    freeing(
+        || unsafe { real(handle) },
+        |st| {
+            if st.vmm.lock().released(handle) {
+                uncount(st, &st.handles, handle);
+            }
+        },
+    )
 }
 
 pub unsafe fn mem_map(
@@ -411,15 +444,15 @@ pub unsafe fn mem_map(
 }
 
 pub unsafe fn mem_unmap(real: pfn::cuMemUnmap, ptr: CUdeviceptr, size: usize) -> CUresult {
-    let r = unsafe { real(ptr, size) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        let free = st.vmm.lock().unmapped(ptr, size as u64);
-        for h in free {
-            uncount(st, &st.handles, h);
-        }
-    }
-    r
+    freeing(
+        || unsafe { real(ptr, size) },
+        |st| {
+            let free = st.vmm.lock().unmapped(ptr, size as u64);
+            for h in free {
+                uncount(st, &st.handles, h);
+            }
+        },
+    )
 }
 
 /// A context is gone (destroyed, last primary release, reset): the driver freed everything
@@ -477,12 +510,7 @@ pub unsafe fn array3d_create(
 }
 
 pub unsafe fn array_destroy(real: pfn::cuArrayDestroy, h: CUarray) -> CUresult {
-    let r = unsafe { real(h) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        uncount(st, &st.handles, h as u64);
-    }
-    r
+    freeing(|| unsafe { real(h) }, |st| uncount(st, &st.handles, h as u64))
 }
 
 /// Bytes of a full mip chain: each level halves every dimension (layers do not shrink).
@@ -507,12 +535,7 @@ pub unsafe fn mipmapped_array_create(
 }
 
 pub unsafe fn mipmapped_array_destroy(real: pfn::cuMipmappedArrayDestroy, h: CUmipmappedArray) -> CUresult {
-    let r = unsafe { real(h) };
-    if r == CUDA_SUCCESS {
-        let st = state::get();
-        uncount(st, &st.handles, h as u64);
-    }
-    r
+    freeing(|| unsafe { real(h) }, |st| uncount(st, &st.handles, h as u64))
 }
 
 // ---- contexts ----
@@ -532,8 +555,10 @@ pub fn host_pid(st: &State) -> i32 {
 }
 
 /// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this
-/// process minus what we already count there. A context is device memory like any other: if it
-/// does not fit under the container's limit the caller undoes the creation and reports
+/// process minus what we already count there, with no allocation or free of this process half
+/// done meanwhile (`Ledger::quiesced`: they wait for the measurement, and it for them), so the
+/// two figures describe one moment. A context is device memory like any other: if it does not
+/// fit under the container's limit the caller undoes the creation and reports
 /// `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
 pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let st = state::get();
@@ -541,13 +566,25 @@ pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
         return Err(()); // logged once when the state was built
     }
     let dev = st.region_index(ordinal);
+    st.ledger.quiesced(|quiet| {
+        if !quiet {
+            crate::once!(
+                warn,
+                "context on device {dev}: allocations still in flight after 2 s; its charge may be off by them"
+            );
+        }
+        charge_measured(st, dev)
+    })
+}
+
+fn charge_measured(st: &State, dev: usize) -> Result<u64, ()> {
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
         return Ok(0);
     };
     let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
     if bytes > 0 {
-        match st.ledger.reserve(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
+        match st.ledger.reserve_quiesced(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
             Ok(res) => {
                 res.commit();
                 vgpu_core::counters::record_reconcile(st.region.and_then(|r| r.ext()), dev, bytes);

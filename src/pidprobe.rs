@@ -5,26 +5,35 @@
 //! saturate the device (the utilisation evidence never sees one idle while the other works) and
 //! their allocations move NVML's figures in step (the memory correlator matches both). Then, while
 //! a device stays active and our host PID unknown for [`AFTER_NS`], the watcher (`truth::tick`, every
-//! 100 ms while unresolved) allocates a counted block of a size of its own in the device's primary
-//! context, holds it for [`HOLD_NS`] and frees it. Our count moves by exactly that much and so does
+//! 100 ms while unresolved) allocates a block of a size of its own in the device's primary
+//! context, holds it for [`HOLD_NS`] and frees it. Our own count moves by exactly that much and so does
 //! our PID's `usedGpuMemory`, which the memory correlator matches; another container probing at
 //! the same moment most likely drew another size, and its PID gets a strike.
 //!
+//! Off unless `VGPU_HOST_PID_PROBE=1` (vgpu-core `config`): the block is memory the application
+//! never asked for, and on a real driver its free waits for the device's queued work.
+//!
 //! Bounded: at most [`MAX_PROBES`] per device and process, one held at a time, only with four
 //! times its size free under the limit, only while NVML lists per-process figures (not MIG),
-//! only in a primary context that is already active (never creating one), on the watcher thread
-//! (the application's only to free it before a refusal). The block is counted like any allocation (the container limit, the
-//! monitor and the views see it for [`HOLD_NS`]), but an allocation that would be refused frees
-//! it first (`truth::before_refusal`), so it never costs the application one. It is not in the
-//! allocation table, so nothing the application frees can match it. A
-//! `cuDevicePrimaryCtxReset` meanwhile destroys it with the context: the probe then only uncounts it.
+//! only in a primary context that is already active (never creating one), on the watcher thread.
+//!
+//! Not charged to the container: an allocation that fits the application's own usage is never
+//! refused because of it, in this process or any other of the container. Only this process's
+//! readings of its own count for the truth reconciliation and the correlator include it
+//! ([`Probe::held_bytes`]), so our count moves by exactly the block and the driver's figure
+//! beside it is explained, never charged. While it is held, the container may hold up to the
+//! block beyond its limit on the device: the watcher frees it at its next step once the
+//! container's usage leaves less room than the block, and a refusal in this process frees it at
+//! once (`truth::before_refusal`). It is not in the allocation table, so nothing the application
+//! frees can match it. A `cuDevicePrimaryCtxReset` meanwhile destroys it with the context: the
+//! probe then only forgets it.
 
 use crate::ffi::*;
 use crate::hooks::cuda::real;
 use crate::state;
 use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_core::reconcile::GRANULE;
-use vgpu_core::region::{MAX_DEVICES, UsageKind};
+use vgpu_core::region::MAX_DEVICES;
 
 /// Unresolved this long after the device became active (the creation diff, the evidence and the
 /// correlator of the application's own allocations had their chance) before the first probe.
@@ -71,16 +80,17 @@ pub struct Probe {
 unsafe impl Send for Probe {}
 
 impl Probe {
-    /// One step for region device `d` at `now` (CLOCK_MONOTONIC ns): free a block that is due,
-    /// or, while `unresolved`, start one when it is time.
+    /// One step for region device `d` at `now` (CLOCK_MONOTONIC ns): free a block that is due
+    /// (or that the container's usage has caught up with), or, while `unresolved` and the probe
+    /// is switched on, start one when it is time.
     pub fn step(&mut self, d: usize, now: u64, unresolved: bool) {
         if let Some(h) = &self.held {
-            if now >= h.until {
+            if now >= h.until || !room_beside(d, h.bytes) {
                 self.release_now(d);
             }
             return;
         }
-        if !unresolved || self.done >= MAX_PROBES {
+        if !unresolved || self.done >= MAX_PROBES || !state::get().config.host_pid_probe {
             return;
         }
         if self.next == 0 {
@@ -108,8 +118,13 @@ impl Probe {
         }
     }
 
-    /// An allocation is about to be refused on region device `d`: free a held block now (on the
-    /// calling thread). True if one was held.
+    /// Bytes of the block held now (0: none): part of this process's own count in its truth
+    /// readings, never in the ledger.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.as_ref().map_or(0, |h| h.bytes)
+    }
+
+    /// Free a held block now (on the calling thread). True if one was held.
     pub fn release_now(&mut self, d: usize) -> bool {
         match self.held.take() {
             Some(h) => {
@@ -136,12 +151,18 @@ fn in_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
     crate::compute::api::with_relaxed_capture(|| crate::compute::api::with_ctx(ctx, f))
 }
 
-fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
+/// The container's usage of region device `d` leaves at least `bytes` under its limit.
+fn room_beside(d: usize, bytes: u64) -> bool {
     let st = state::get();
     let limit = st.memory_limit(d);
-    if limit > 0 && st.ledger.usage(d).saturating_add(bytes.saturating_mul(4)) > limit {
+    limit == 0 || st.ledger.usage(d).saturating_add(bytes) <= limit
+}
+
+fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
+    if !room_beside(d, bytes.saturating_mul(4)) {
         return Err("not enough room under the limit");
     }
+    let st = state::get();
     let first = st.devices().ordinals_of(d).first().copied();
     let ordinal = first.filter(|&o| (o as usize) < MAX_DEVICES).ok_or("no CUDA ordinal")?;
     let (Some(state_of), Some(retain), Some(alloc)) =
@@ -159,21 +180,12 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
     if unsafe { retain(&mut ctx, ordinal) } != CUDA_SUCCESS {
         return Err("primary context retain failed");
     }
-    let reservation = match st.ledger.reserve(d, bytes, UsageKind::Data, limit) {
-        Ok(r) => r,
-        Err(_) => {
-            release_ctx(ordinal);
-            return Err("refused by the ledger");
-        }
-    };
     let mut ptr: CUdeviceptr = 0;
     let r = in_ctx(ctx, || unsafe { alloc(&mut ptr, bytes as usize) });
     if r != Some(CUDA_SUCCESS) {
-        drop(reservation); // rolled back
         release_ctx(ordinal);
         return Err("allocation failed");
     }
-    reservation.commit();
     Ok(Held { ptr, bytes, ordinal, ctx, resets, until })
 }
 
@@ -185,8 +197,6 @@ fn release(d: usize, h: Held) {
         }
         release_ctx(h.ordinal);
     }
-    // Gone either way (freed, or destroyed with a reset context): uncount it.
-    state::get().ledger.release(d, UsageKind::Data, h.bytes);
     crate::debug!("host pid probe on device {d}: released {} bytes", h.bytes);
 }
 

@@ -2,7 +2,8 @@
 //! per-process `usedGpuMemory` for our host PID ("truth") and our ledger count together, and keeps
 //! the part the ledger did not count charged to our slot as `context_size`
 //! ([`vgpu_core::reconcile`]). Runs from [`tick`] (the watcher thread, at most every 250 ms per
-//! device while CUDA is active) and from [`before_refusal`] (the allocation path, once per refusal).
+//! device while CUDA is active) and from [`before_refusal`] (the allocation path, at most every
+//! 100 ms per device).
 //! While our host PID is unknown the same readings feed the memory correlator
 //! ([`vgpu_core::hostpid`]), every 100 ms, so a context created out of our sight still gets its PID.
 //!
@@ -24,6 +25,11 @@ const EVERY_NS: u64 = 250_000_000;
 const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 const RESOLVE_EVERY_NS: u64 = 100_000_000;
 pub const REFUSAL_WAIT: Duration = Duration::from_millis(200);
+/// The refusal path reconciles a device at most this often (the watcher does every 250 ms):
+/// near the limit refusals come by the thousand per second, each reading would be NVML calls.
+const REFUSAL_EVERY_NS: u64 = 100_000_000;
+/// Per device: when the refusal path may reconcile again (CLOCK_MONOTONIC ns).
+static REFUSAL_DUE: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 #[derive(Default)]
 pub struct DevTruth {
@@ -123,12 +129,15 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
         return Err(NoTruth::Nvml);
     }
     let h = dt.nvml as crate::ffi::nvmlDevice_t;
+    // A held probe block is ours but not in the ledger (never charged to the container): our own
+    // count includes it, so the correlator sees it move and the reconciliation never charges it.
+    let probe = dt.probe.held_bytes();
     let mut last = None;
     for _ in 0..3 {
-        let before = st.ledger.own_usage(d);
+        let before = st.ledger.own_usage(d).saturating_add(probe);
         let procs = driver::nvml_processes(h).ok_or(NoTruth::Nvml)?;
         let explained = allowance(d);
-        let after = st.ledger.own_usage(d);
+        let after = st.ledger.own_usage(d).saturating_add(probe);
         let stable = before == after;
         last = Some(Raw { before, procs, explained, after });
         if stable {
@@ -275,14 +284,22 @@ pub fn tick() {
     });
 }
 
-/// The allocation path is about to refuse on region device `d`: reconcile first. True when the
+/// The allocation path is about to refuse on region device `d`: reconcile first, unless the
+/// refusal path did within [`REFUSAL_EVERY_NS`] (no lock, no system call then). True when the
 /// reconciliation gave bytes back (the caller then checks again).
 pub fn before_refusal(d: usize) -> bool {
+    let Some(due) = REFUSAL_DUE.get(d) else { return false };
+    let now = now_ns();
+    let next = due.load(Ordering::Relaxed);
+    if now < next || due.compare_exchange(next, now + REFUSAL_EVERY_NS, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return false;
+    }
     crate::guard::ffi("truth::before_refusal", false, || {
         with(Some(REFUSAL_WAIT), |t| {
-            // A held host-PID probe never costs the application an allocation.
-            let probe_freed = t.devs[d].probe.release_now(d);
-            matches!(reconcile(t, d), Ok(Step::Release(_))) || probe_freed
+            // A held probe block is not in the ledger (it never refuses anything); freeing it
+            // gives the device back the room it may hold beyond the container's limit.
+            t.devs[d].probe.release_now(d);
+            matches!(reconcile(t, d), Ok(Step::Release(_)))
         })
         .unwrap_or(false)
     })

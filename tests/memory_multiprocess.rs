@@ -151,20 +151,24 @@ fn sigkill_storm_including_lock_holders_leaves_no_hang_and_exact_reclaim() {
     let seed = seed();
     const STORM_MS: u64 = 3000;
     for (i, c) in cs.iter_mut().enumerate() {
-        // Sizes that keep the container at its limit: refusals take the slow path (sweep and
-        // re-check under the container lock), so a stopped worker sometimes holds it.
+        // Sizes that keep the container at its limit. Refusals take no lock; the container lock
+        // is held by sweeps of the dead (after the first kill), attaches and detaches, so a
+        // stopped worker sometimes holds it: those are killed first, as many as are caught.
         c.send(&format!("storm_ms {} {STORM_MS} 4096 {} 16", seed + i as u64, 8 * MIB));
     }
     let started = Instant::now();
     let mut alive = vec![true; N];
     let mut in_lock = Vec::new();
     let mut attempts = 0;
-    while in_lock.len() < 2 {
+    while in_lock.len() < 2 && started.elapsed() < Duration::from_millis(STORM_MS / 2) {
         attempts += 1;
-        assert!(
-            started.elapsed() < Duration::from_millis(STORM_MS * 2 / 3),
-            "never caught a worker holding the lock in {attempts} tries (seed {seed})"
-        );
+        if attempts % 8 == 0 && alive.iter().filter(|a| !**a).count() < 2 {
+            // Someone to sweep: a worker killed at a random instant (mid-update, perhaps).
+            if let Some(i) = (0..N).find(|&i| alive[i]) {
+                cs[i].kill();
+                alive[i] = false;
+            }
+        }
         let (running, holder) = stop_all_find_holder(&mut cs, &alive, &path);
         if let Some(h) = holder {
             // Dies with the lock held (and possibly in the middle of a usage update or a slot move).
@@ -183,10 +187,10 @@ fn sigkill_storm_including_lock_holders_leaves_no_hang_and_exact_reclaim() {
             }
         }
     }
-    // Two more, at random instants.
+    // Four killed in all: the rest at random instants.
     let mut x = seed | 1;
     let mut random_kills = Vec::new();
-    while random_kills.len() < 2 {
+    while alive.iter().filter(|a| !**a).count() < 4 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -275,77 +279,55 @@ fn refusal_reclaims_memory_of_killed_processes() {
     b.exit();
 }
 
-/// A lock holder that is stopped (alive, never releasing) blocks the others at most the documented
-/// bound: a reservation that needs the lock (the slow path near the limit) fails closed
-/// (OUT_OF_MEMORY) after ≤ 1 s instead of hanging, a free lands at once, and everything proceeds
-/// once it resumes.
+/// A holder of the container lock that is stopped (alive, never releasing; here the test
+/// itself holds it) blocks no allocation and no free: reservations and refusals take no lock,
+/// frees never do, and the storms near the limit run to their end without an error.
 #[test]
-fn stopped_lock_holder_blocks_others_only_for_a_bounded_time() {
+fn stopped_lock_holder_blocks_no_allocation_and_no_free() {
     let sb = Sandbox::new("mp_stopped");
     let path = sb.region();
     let mut idle = worker(&sb);
     let held = idle.ok(&format!("alloc {}", MIB));
     let held_id = held.u64("id");
     let mut cs: Vec<Client> = (0..3).map(|_| worker(&sb)).collect();
+    let lock = RegionLock::take(&path, Duration::from_secs(2));
     let seed = seed();
     for (i, c) in cs.iter_mut().enumerate() {
-        // Contended (3 × 16 × up to 32 MiB ≫ 256 MiB): refusals take the locked slow path.
+        // Contended (3 × 16 × up to 32 MiB ≫ 256 MiB): the container stays at its limit.
         c.send(&format!("storm_ms {} 2500 4096 {} 16", seed + i as u64, 32 * MIB));
     }
-    let alive = vec![true; cs.len()];
-    let start = Instant::now();
-    let holder = loop {
-        assert!(start.elapsed() < Duration::from_millis(1500), "never caught a lock holder");
-        let (running, holder) = stop_all_find_holder(&mut cs, &alive, &path);
-        match holder {
-            Some(h) => {
-                for i in running.into_iter().filter(|&i| i != h) {
-                    cs[i].signal(libc::SIGCONT);
-                }
-                break h;
-            }
-            None => {
-                for i in running {
-                    cs[i].signal(libc::SIGCONT);
-                }
-            }
-        }
-    };
-    // A free never waits for the lock.
+    std::thread::sleep(Duration::from_millis(300));
+    // A free lands at once.
     let t = Instant::now();
     idle.ok(&format!("free {held_id}"));
-    assert!(t.elapsed() < Duration::from_millis(500), "a free waited {:?} behind a stopped lock holder", t.elapsed());
+    let free_took = t.elapsed();
     assert_eq!(Snap::read(&path).used_of(idle.pid, 0).data, 0, "the free landed in the region");
-    // The idle process asks for more than can fit while the holder is frozen: the slow path
-    // needs the lock, waits for its bound, and fails closed.
+    // More than can ever fit: refused without waiting for the lock (its wait bound is 1 s).
     let t = Instant::now();
     let r = idle.cmd(&format!("alloc {LIMIT}"));
-    let waited = t.elapsed();
-    eprintln!("blocked {waited:?} behind the stopped holder");
-    // The lock's documented wait bound is 1 s (vgpu-core lock::DEFAULT_TIMEOUT); one allocation
-    // must not wait for it more than once.
-    assert!(
-        waited < Duration::from_millis(1500),
-        "an allocation blocked {waited:?} behind a stopped lock holder (bound: 1 s)"
-    );
-    assert!(waited >= Duration::from_millis(800), "the refusal did not wait for the lock ({waited:?})");
-    assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "allocation under an unobtainable lock must fail closed: {}", r.line);
-    assert!(
-        RegionLock::try_take(&path, Duration::from_millis(50)).is_none(),
-        "the lock should still be held by the stopped process"
-    );
-    cs[holder].signal(libc::SIGCONT);
-    // Once it runs again, everything proceeds: the storms finish without errors, then the idle
-    // process allocates. (Not while the storms still hold the container at its limit: there a
-    // 1 MiB request may rightly be refused, or wait out the lock bound behind their near-limit
-    // slow paths, which is not what this test is about.)
+    let refusal_took = t.elapsed();
+    eprintln!("behind a stopped lock holder: free {free_took:?}, refusal {refusal_took:?}");
+    assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "{}", r.line);
+    assert!(refusal_took < Duration::from_millis(800), "the refusal waited for the lock: {refusal_took:?}");
+    assert!(free_took < Duration::from_millis(800), "the free waited for the lock: {free_took:?}");
+    let mut ok = 0;
     for c in cs.iter_mut() {
         let r = c.reply("storm", Duration::from_secs(10));
-        assert_eq!(report(&r).err, 0, "{}", r.line);
+        let rep = report(&r);
+        assert_eq!((rep.err, rep.free_err), (0, 0), "{}", r.line);
+        ok += rep.ok;
+    }
+    assert!(ok > 100, "the storms allocated only {ok} times behind the held lock");
+    assert!(
+        RegionLock::try_take(&path, Duration::from_millis(50)).is_none(),
+        "the lock was held by the test all along"
+    );
+    drop(lock);
+    for c in cs {
+        let e = c.exit();
+        let errors: Vec<_> = e.shim_logs().into_iter().filter(|(l, _)| l == "ERROR").collect();
+        assert!(errors.is_empty(), "process {}: {errors:?}", e.pid);
     }
     idle.ok(&format!("alloc {}", MIB));
-    for c in cs {
-        c.exit();
-    }
     idle.exit();
 }

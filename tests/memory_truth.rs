@@ -466,30 +466,74 @@ fn host_pids_resolve_for_hidden_contexts_of_two_containers_started_together() {
     assert_own_host_pids(&cs);
 }
 
+/// Switches the host-PID probe on (it is off by default).
+const PROBE_ON: (&str, &str) = ("VGPU_HOST_PID_PROBE", "1");
+
 #[test]
 fn identical_containers_started_together_resolve_through_the_probe() {
     // Two identical containers, then nothing: only the watcher's probe, a block of a size of its
-    // own, tells them apart. Each slot must get its own host PID, and no probe block may stay counted.
+    // own, tells them apart. Each slot must get its own host PID, and no probe block may stay.
     let sb = Sandbox::new("truth_hostpid_probe");
-    let env =
-        [("CUDA_DEVICE_MEMORY_LIMIT", "2048m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_PID_OFFSET", "100000")];
+    let env = [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "2048m"),
+        ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
+        ("VGPU_SIM_PID_OFFSET", "100000"),
+        PROBE_ON,
+    ];
     let cs = identical_containers(&sb, &env);
     let t = wait_for("both slots have their host PID", Duration::from_secs(8), || every_slot_has_a_host_pid(&cs));
     eprintln!("two identical containers resolved {t:?} after their allocations");
     assert_own_host_pids(&cs);
-    // The probe blocks are freed and uncounted (held 350 ms; allow for the watcher's cadence).
+    // The probe blocks are freed (held 350 ms; allow for the watcher's cadence) and were never
+    // charged: the slots hold exactly the application's allocation.
     for (c, r) in &cs {
-        wait_for("probe block released", Duration::from_secs(3), || slot_mem(r, c.pid).data == 16 * MIB);
+        let ctx = slot_mem(r, c.pid).context;
+        wait_for("probe block released", Duration::from_secs(3), || {
+            driver_used(&sb, c.pid) <= ctx + 16 * MIB + GRANULE
+        });
+        assert_eq!(slot_mem(r, c.pid).data, 16 * MIB);
         assert!(driver_used(&sb, c.pid) <= slot_mem(r, c.pid).total + GRANULE, "driver holds more than counted");
     }
 }
 
 #[test]
+fn the_host_pid_probe_is_off_by_default() {
+    // The same two identical containers without `VGPU_HOST_PID_PROBE`: no probe block is ever
+    // allocated (the driver's figure of each process stays at its own allocation) and no probe
+    // step is logged; the two stay unresolved (the limit applies to what was counted).
+    let sb = Sandbox::new("truth_probe_default_off");
+    let env = [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "2048m"),
+        ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
+        ("VGPU_SIM_PID_OFFSET", "100000"),
+        ("VGPU_SIM_CTX_MIB", "0"),
+        ("LIBCUDA_LOG_LEVEL", "4"),
+    ];
+    let cs = identical_containers(&sb, &env);
+    // Past the first probe's time (600 ms unresolved) and several probe periods (750 ms each).
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(3000) {
+        for (c, _) in &cs {
+            let used = driver_used(&sb, c.pid);
+            assert_eq!(used, 16 * MIB, "pid {}: the driver holds {used} bytes: a probe block was allocated", c.pid);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (c, r) in &cs {
+        // (Usually both stay unresolved; a watcher sample that fell between the two allocations
+        // may have told one apart.)
+        eprintln!("pid {}: host pid {:?}", c.pid, Snap::read(r).slot_of(c.pid).map(|s| s.hostpid));
+        let logs = c.stderr();
+        assert!(!logs.contains("host pid probe"), "a probe ran:\n{logs}");
+    }
+}
+
+#[test]
 fn a_held_probe_block_never_costs_the_application_an_allocation() {
-    // As above, two identical containers; the moment one shows a probe block in its slot, it
-    // fills its limit with 2 MiB allocations. The refusal frees the block first, so the fill
-    // reaches the limit (within one granule). No context cost: a hidden context is charged only
-    // once the host PID is known, which would move the limit under the fill.
+    // As above, two identical containers; the moment one shows a probe block (in the driver's
+    // figure), it fills its limit with 2 MiB allocations and reaches it within one granule. No
+    // context cost: a hidden context is charged only once the host PID is known, which would move
+    // the limit under the fill.
     let sb = Sandbox::new("truth_probe_refusal");
     let limit = 512 * MIB;
     let env = [
@@ -497,11 +541,12 @@ fn a_held_probe_block_never_costs_the_application_an_allocation() {
         ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
         ("VGPU_SIM_PID_OFFSET", "100000"),
         ("VGPU_SIM_CTX_MIB", "0"),
+        PROBE_ON,
     ];
     let mut cs = identical_containers(&sb, &env);
     let mut probing = None;
-    wait_for("a probe block in a slot", Duration::from_secs(8), || {
-        probing = cs.iter().position(|(c, r)| slot_mem(r, c.pid).data > 16 * MIB);
+    wait_for("a probe block", Duration::from_secs(8), || {
+        probing = cs.iter().position(|(c, _)| driver_used(&sb, c.pid) > 16 * MIB);
         probing.is_some()
     });
     let (c, r) = &mut cs[probing.unwrap()];
@@ -510,8 +555,63 @@ fn a_held_probe_block_never_costs_the_application_an_allocation() {
     assert!(filled + 2 * MIB > limit, "filled to {filled} of {limit}: the probe block took room from the application");
     std::thread::sleep(Duration::from_millis(600)); // past the block's hold
     let m = slot_mem(r, c.pid);
-    assert_eq!(m.data, filled, "the probe block is not counted after its release");
+    assert_eq!(m.data, filled, "only the application's allocations are counted");
     assert!(m.total <= limit, "over the limit: {}", m.total);
+    assert_eq!(driver_used(&sb, c.pid), filled, "the probe block is freed");
+}
+
+#[test]
+fn a_probe_block_never_costs_a_neighbour_process_an_allocation() {
+    // Container A holds A1 (hidden context, unresolved: it probes) and A2 (visible context,
+    // resolved at creation); container B holds B1, started with A1 like an identical twin. While
+    // A1 holds a probe block, A2 allocates exactly what fits beside A1's own allocation: every one
+    // of those allocations must succeed (the block is the library's, not the application's).
+    let sb = Sandbox::new("truth_probe_neighbour");
+    let limit = 512 * MIB;
+    let base = [("CUDA_DEVICE_MEMORY_LIMIT", "512m"), ("VGPU_SIM_PID_OFFSET", "100000"), ("VGPU_SIM_CTX_MIB", "0")];
+    let (ra, rb) = (sb.region(), sb.dir.join("region2.cache"));
+    let mut conclusive = 0;
+    for attempt in 0..4 {
+        let mut a2 = spawn(&sb, &ra, &[base[0], base[1], base[2], PROBE_ON]);
+        a2.ok("init");
+        a2.ok("ctx 0");
+        let hidden = [base[0], base[1], base[2], ("VGPU_SIM_HIDDEN_PRIMARY", "1"), PROBE_ON];
+        let mut twins = hidden_context_clients(&sb, &[&ra, &rb], &hidden);
+        for (c, _) in twins.iter_mut() {
+            c.ok(&format!("alloc {}", 16 * MIB));
+        }
+        let a1 = twins[0].0.pid;
+        // A1's probe block, seen in the driver's figure (B1 may probe first: then A1 follows, or
+        // resolves without one, which makes this attempt inconclusive).
+        let t0 = Instant::now();
+        while driver_used(&sb, a1) <= 16 * MIB && t0.elapsed() < Duration::from_secs(8) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if driver_used(&sb, a1) <= 16 * MIB {
+            eprintln!("attempt {attempt}: A1 never probed");
+            continue;
+        }
+        // Everything that fits beside A1's 16 MiB, in 2 MiB allocations.
+        let fits = (limit - 16 * MIB) / (2 * MIB);
+        let r = a2.cmd(&format!("allocn {fits} {}", 2 * MIB));
+        let held_after = driver_used(&sb, a1) > 16 * MIB;
+        let n: u64 = r.iter().find(|(k, _)| k == "n").map(|(_, v)| v.parse().unwrap()).unwrap();
+        assert_eq!(
+            n,
+            fits,
+            "attempt {attempt}: A2 was refused after {n} of {fits} fitting allocations ({r:?}); stderr:\n{}",
+            a2.stderr()
+        );
+        let s = Snap::read(&ra);
+        assert_eq!(s.container_total(0), limit, "the container's count is exactly the applications'");
+        assert_eq!(a2.rc(&format!("alloc {}", 2 * MIB)), 2, "one more does not fit");
+        if held_after {
+            conclusive += 1;
+            break;
+        }
+        eprintln!("attempt {attempt}: A1's block was released before the fill ended: inconclusive");
+    }
+    assert!(conclusive > 0, "no attempt filled the container while A1's probe block was held");
 }
 
 #[test]

@@ -7,6 +7,16 @@
  *                               allocation hook makes; cuMemGetInfo's makes the first only)
  *   alloc_bench storm MS FILE   pairs for MS milliseconds; every 16 pairs adds 16 to the u64 at
  *                               offset 0 of FILE (mmapped: the count survives a SIGKILL)
+ *   alloc_bench limit ITERS     near the limit: ITERS allocation attempts of 2-64 MiB (even
+ *                               sizes, so the driver's 2 MiB rounding adds nothing), each block
+ *                               kept until 64 are held or an attempt is refused, then the oldest
+ *                               is freed: with a container limit far below 64 blocks, about every
+ *                               other attempt is refused. Prints attempts, ok, oom, rate
+ *                               (attempts per second over the measured loop, frees included),
+ *                               ok_rate (successful allocations per second), ok_median_ns and
+ *                               oom_median_ns (one cuMemAlloc_v2 call each)
+ *   alloc_bench stormlimit MS FILE   the same loop for MS milliseconds; FILE counts successful
+ *                               allocations as storm counts pairs
  * ITERS pairs are preceded by ITERS/10 warm-up pairs. ALLOC_BENCH_IDLE_THREAD=1 starts one thread
  * first that only sleeps, waking every 250 ms (the shim's process has one such thread).
  * ALLOC_BENCH_NVML=1 loads and initialises NVML after the context, as the shim's process does
@@ -109,6 +119,39 @@ static int one(int mode) {
  * makes the simulated driver's munmap (one per free) pay a TLB shootdown, whichever thread it is. */
 static void *idle(void *a) { for (;;) usleep(250000); return a; }
 
+/* The near-limit loop's state: a ring of held blocks and a size generator of our own. */
+#define HELD_MAX 64
+static CUdeviceptr held[HELD_MAX];
+static int held_first, held_n;
+static unsigned long long rng;
+static size_t next_size(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (size_t)(1 + rng % 32) * 2 * (1 << 20);
+}
+static int free_oldest(void) {
+    if (!held_n) return 0;
+    CUdeviceptr d = held[held_first];
+    held_first = (held_first + 1) % HELD_MAX;
+    held_n--;
+    return via->free(d);
+}
+/* One attempt: allocate; keep the block (freeing the oldest at 64 held) or, refused, free the
+ * oldest. Returns the allocation's result (2: refused), -1 on any other failure; *dt its time. */
+static int limit_step(long long *dt) {
+    CUdeviceptr d = 0;
+    size_t sz = next_size();
+    long long t0 = ns();
+    int rc = via->alloc(&d, sz);
+    *dt = ns() - t0;
+    if (rc == 0) {
+        if (held_n == HELD_MAX && free_oldest()) return -1;
+        held[(held_first + held_n++) % HELD_MAX] = d;
+        return 0;
+    }
+    if (rc != 2) return -1;
+    return free_oldest() ? -1 : 2;
+}
+
 int main(int argc, char **argv) {
     if (getenv("ALLOC_BENCH_IDLE_THREAD")) { pthread_t t; pthread_create(&t, NULL, idle, NULL); }
     const char *what = argc > 1 ? argv[1] : "pair";
@@ -142,14 +185,40 @@ int main(int argc, char **argv) {
         void *s = NULL, *g = NULL;
         if (create(&s, 1) || begin(s, 2) || end(s, &g)) { fprintf(stderr, "capture failed\n"); return 1; }
     }
-    if (!strcmp(what, "storm")) {
+    rng = 0x9e3779b97f4a7c15ULL ^ ((unsigned long long)getpid() << 20);
+    if (!strcmp(what, "limit")) {
+        int iters = argc > 2 ? atoi(argv[2]) : 20000;
+        long long *tok = malloc(sizeof(long long) * iters), *toom = malloc(sizeof(long long) * iters), dt;
+        int nok = 0, noom = 0;
+        for (int i = 0; i < iters / 10 + HELD_MAX; i++)
+            if (limit_step(&dt) < 0) { fprintf(stderr, "limit: failed in warm-up\n"); return 1; }
+        long long t0 = ns();
+        for (int i = 0; i < iters; i++) {
+            int rc = limit_step(&dt);
+            if (rc < 0) { fprintf(stderr, "limit: failed at %d\n", i); return 1; }
+            if (rc == 0) tok[nok++] = dt; else toom[noom++] = dt;
+        }
+        long long wall = ns() - t0;
+        qsort(tok, nok, sizeof(long long), cmp);
+        qsort(toom, noom, sizeof(long long), cmp);
+        printf("attempts=%d ok=%d oom=%d rate=%lld ok_rate=%lld ok_median_ns=%lld oom_median_ns=%lld\n", iters, nok,
+               noom, wall > 0 ? (long long)iters * 1000000000LL / wall : 0,
+               wall > 0 ? (long long)nok * 1000000000LL / wall : 0, nok ? tok[nok / 2] : 0, noom ? toom[noom / 2] : 0);
+        return 0;
+    }
+    if (!strcmp(what, "storm") || !strcmp(what, "stormlimit")) {
+        int at_limit = !strcmp(what, "stormlimit");
         long long ms = argc > 2 ? atoll(argv[2]) : 1000;
         int fd = argc > 3 ? open(argv[3], O_RDWR) : -1;
         unsigned long long *ctr = fd >= 0 ? mmap(NULL, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
         if (!ctr || ctr == MAP_FAILED) { fprintf(stderr, "counter file\n"); return 1; }
         long long end = ns() + ms * 1000000LL;
+        long long dt;
         for (unsigned n = 1;; n++) {
-            if (one(0)) { fprintf(stderr, "alloc/free failed\n"); return 1; }
+            /* At the limit only successful allocations count (a refusal is not progress). */
+            int rc = at_limit ? limit_step(&dt) : one(0);
+            if (rc < 0 || (!at_limit && rc)) { fprintf(stderr, "alloc/free failed\n"); return 1; }
+            if (at_limit && rc) { n--; continue; }
             if (n % 16 == 0) {
                 __atomic_fetch_add(ctr, 16, __ATOMIC_RELAXED);
                 if (ns() >= end) break;

@@ -226,6 +226,17 @@ int main(void) {
                 n++;
             }
             printf("n=%d rc=%d\n", n, rc);
+        } else if (!strcmp(cmd, "allocn")) {
+            /* allocn COUNT BYTES: up to COUNT allocations of BYTES, stopping at the first failure. */
+            unsigned long long n = 0;
+            int rc = 0;
+            for (; n < a; n++) {
+                CUdeviceptr p = 0;
+                rc = cuMemAlloc_v2(&p, (size_t)b);
+                if (rc) break;
+                add((void *)(uintptr_t)p);
+            }
+            printf("n=%llu rc=%d\n", n, rc);
         } else if (!strcmp(cmd, "meminfo")) {
             size_t f = 0, t = 0;
             int rc = cuMemGetInfo_v2(&f, &t);

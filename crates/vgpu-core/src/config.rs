@@ -60,6 +60,18 @@ pub const ENV_RECORD_KERNEL_INTERVAL: &str = "RECORD_KERNEL_INTERVAL";
 pub const ENV_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 pub const ENV_OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
 pub const ENV_ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
+/// `VGPU_HOST_PID_PROBE`: `1`/`true` switches the host-PID probe on (default off). The probe is
+/// the last resort of host-PID resolution (the shim's `pidprobe`): while a device is active and
+/// this process's host PID is still unknown, the watcher thread allocates a block of a size of its
+/// own (4-66 MiB) in the application's primary context, holds it 350 ms for the memory correlator
+/// to match, and frees it. It is memory the application never asked for (not charged to the
+/// container: limit checks never refuse an allocation because of it), and on a real driver its
+/// free waits for the device's queued work; so it runs only where asked for: two containers that
+/// start the same workload in the same instant with contexts created out of the shim's sight.
+/// Without it such processes stay unresolved until their allocations diverge, and the limit
+/// applies to what was counted. Process env (empty = unset, as every variable); a malformed
+/// value warns and leaves the probe off.
+pub const ENV_HOST_PID_PROBE: &str = "VGPU_HOST_PID_PROBE";
 
 /// Injectable access to the machine, so tests do not depend on it.
 pub trait ConfigSources {
@@ -175,6 +187,8 @@ pub struct Config {
     pub oversubscribe: bool,
     /// Parsed for completeness; dead in the incumbent, unused here.
     pub active_oom_killer: bool,
+    /// [`ENV_HOST_PID_PROBE`]: the host-PID probe may run (default false).
+    pub host_pid_probe: bool,
     pub warnings: Vec<ConfigWarning>,
 }
 
@@ -664,6 +678,14 @@ impl<'a> Builder<'a> {
             },
         };
 
+        let host_pid_probe = match self.var(ENV_HOST_PID_PROBE) {
+            None => false,
+            Some(v) => parse_bool(&v).unwrap_or_else(|| {
+                self.warn(ENV_HOST_PID_PROBE, &v, "not a boolean: the host-PID probe stays off".into());
+                false
+            }),
+        };
+
         Config {
             memory_limit,
             sm_limit,
@@ -677,6 +699,7 @@ impl<'a> Builder<'a> {
             visible_devices,
             oversubscribe,
             active_oom_killer,
+            host_pid_probe,
             warnings: std::mem::take(&mut self.warnings),
         }
     }
@@ -1087,6 +1110,19 @@ pub(crate) mod tests {
         let c = Config::from_sources(&Fake::env(&[("RECORD_KERNEL_INTERVAL", "5"), ("CUDA_TASK_PRIORITY", "-1")]));
         assert_eq!(c.record_kernel_interval, 5);
         assert_eq!(c.task_priority, -1);
+    }
+
+    #[test]
+    fn host_pid_probe_is_off_unless_asked_for() {
+        assert!(!Config::from_sources(&Fake::default()).host_pid_probe, "off by default");
+        for (v, on, warns) in [("1", true, false), ("true", true, false), ("0", false, false), ("", false, false)] {
+            let c = Config::from_sources(&Fake::env(&[(ENV_HOST_PID_PROBE, v)]));
+            assert_eq!((c.host_pid_probe, !c.warnings.is_empty()), (on, warns), "{ENV_HOST_PID_PROBE}={v:?}");
+        }
+        let c = Config::from_sources(&Fake::env(&[(ENV_HOST_PID_PROBE, "yes please")]));
+        assert!(!c.host_pid_probe, "malformed: off");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].action.contains("stays off"));
     }
 
     #[test]

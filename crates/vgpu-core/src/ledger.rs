@@ -14,10 +14,11 @@
 //! (no region, or both tables full).
 //!
 //! Protocol (docs/design.md, "Memory ledger"): reserve publishes into our own seat, fences and
-//! sums the container (no lock, no system call); only a reservation that would go over takes the
-//! container lock, after sweeping dead slots, and fails closed on a 1 s lock timeout
-//! ([`ReserveError::Lock`], the shim returns OOM). `release` subtracts from our own seat and
-//! never waits on another process.
+//! sums the container (no lock, no system call). A reservation that would go over takes other
+//! processes' leases back and checks again while only reservations in flight stand in its way,
+//! still without a lock, a system call or a sleep; at most once per [`REFUSAL_SWEEP_EVERY`] it
+//! also sweeps dead slots (a liveness probe per slot, the container lock only when one is dead).
+//! `release` subtracts from our own seat and never waits on another process.
 
 use crate::idhash::IdMap;
 use crate::lock::LockError;
@@ -25,7 +26,7 @@ use crate::region::{MAX_DEVICES, UsageKind};
 use crate::regionfile::Region;
 use crate::slots::{self, SlotError};
 use crate::sync::Mutex;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,8 +115,31 @@ fn decode(v: usize) -> Seat {
     }
 }
 
-/// How long a refusal re-checks while another process has a reservation in flight.
-const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(2);
+/// A check that found the container over its limit: the usage it saw (without the bytes asked
+/// for) and how much of it were other processes' reservations in flight.
+#[derive(Clone, Copy, Debug)]
+struct Over {
+    usage: u64,
+    in_flight: u64,
+}
+
+impl Over {
+    /// Over with nothing in flight (or nothing that could have changed the answer).
+    fn settled(usage: u64) -> Over {
+        Over { usage, in_flight: 0 }
+    }
+}
+
+/// A refusal that only other processes' reservations in flight caused is checked again, up to
+/// this many times, with a short spin between (a check takes well under a microsecond; one in
+/// flight for longer belongs to a descheduled process, and counts).
+const IN_FLIGHT_RECHECKS: u32 = 8;
+/// Dead slots are swept on the refusal path at most once per this period per process (the
+/// housekeeping thread sweeps the container every 250 ms besides): each sweep costs a liveness
+/// probe (`kill`, a `/proc` read) per slot.
+const REFUSAL_SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// Bound on the container lock for a sweep on the refusal path.
+const REFUSAL_SWEEP_LOCK: Duration = Duration::from_millis(20);
 
 /// Largest lease a checked publication asks for (docs/design.md "Memory ledger", leases).
 pub const LEASE_MAX: u64 = 64 << 20;
@@ -124,6 +148,46 @@ const LEASE_MIN: u64 = 4096;
 /// A grant takes at most this fraction of the headroom per live slot, so the leases of all
 /// processes together keep three quarters of the headroom unleased.
 const LEASE_SHARE: u64 = 4;
+
+/// How long a change waits for a measurement of the process's own memory to end, and a
+/// measurement for the changes in flight to end (each bounded: a thread stopped in the middle of
+/// either never holds the other up for longer).
+const QUIET_WAIT: Duration = Duration::from_secs(2);
+
+/// This process's device-memory changes in flight (a reservation until it is committed or rolled
+/// back, a free from the driver's call until the ledger's), and the measurements that want none
+/// (a new context's cost: the driver's figure of this process less what the ledger counts for
+/// it, exact only while neither moves). One pair of counters for all devices: measurements are
+/// rare (once per context).
+#[derive(Default)]
+struct Quiet {
+    measuring: AtomicU32,
+    changing: AtomicU32,
+}
+
+/// A change of this process's device memory in flight ([`Ledger::change`]); ends when dropped.
+#[must_use = "the change ends when this guard is dropped"]
+pub struct Change<'l> {
+    quiet: &'l Quiet,
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        self.quiet.changing.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Sleeps in short steps until `done()` or `bound` passed; false on the timeout.
+fn wait_until(bound: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    true
+}
 
 /// What this process's lease on a device was granted under (process-local, read and written
 /// under the region's writer mutex). The lease word itself lives in our slot.
@@ -142,6 +206,11 @@ pub struct Ledger<'r> {
     seat: AtomicUsize,
     local: LocalUsage,
     leases: [LeaseTerms; MAX_DEVICES],
+    quiet: Quiet,
+    /// Origin of `next_sweep_us` (no system call to read: the vDSO clock).
+    born: Instant,
+    /// When the refusal path may sweep dead slots again, µs after `born`.
+    next_sweep_us: AtomicU64,
 }
 
 /// A reservation: the bytes are already counted. [`commit`](Reservation::commit) keeps them;
@@ -153,6 +222,8 @@ pub struct Reservation<'l, 'r> {
     kind: UsageKind,
     bytes: u64,
     armed: bool,
+    /// In flight until committed or rolled back (none inside [`Ledger::quiesced`]).
+    _change: Option<Change<'l>>,
 }
 
 impl Reservation<'_, '_> {
@@ -189,6 +260,9 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -213,6 +287,9 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         };
         (l, err)
     }
@@ -225,6 +302,9 @@ impl<'r> Ledger<'r> {
             seat: AtomicUsize::new(SEAT_LOCAL),
             local: LocalUsage::new(),
             leases: Default::default(),
+            quiet: Quiet::default(),
+            born: Instant::now(),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -297,8 +377,7 @@ impl<'r> Ledger<'r> {
     /// Publish-then-check under our process's writer mutex (threads of one process take turns;
     /// other processes never wait). With a slot, see [`publish_in_slot`](Self::publish_in_slot).
     /// Overflow and local seats publish into their totals directly and take them back when
-    /// over. `grant`: a slot may ask for a lease. `Ok(())` or the container usage that was over
-    /// (without `bytes`).
+    /// over. `grant`: a slot may ask for a lease. `Ok(())` or what the check saw.
     fn try_publish(
         &self,
         seat: Seat,
@@ -307,7 +386,7 @@ impl<'r> Ledger<'r> {
         kind: UsageKind,
         limit: u64,
         grant: bool,
-    ) -> Result<(), u64> {
+    ) -> Result<(), Over> {
         let region = match (seat, self.region) {
             (Seat::Local, _) | (_, None) => None,
             (_, Some(r)) => Some(r),
@@ -319,21 +398,24 @@ impl<'r> Ledger<'r> {
             return Ok(());
         }
         if bytes > limit {
-            return Err(self.container(seat, dev));
+            return Err(Over::settled(self.container(seat, dev)));
         }
         if let (Seat::Slot(k), Some(r)) = (seat, region) {
             return self.publish_in_slot(r, k, dev, bytes, kind, limit, grant);
         }
         self.write_own(seat, dev, kind, true, bytes);
         fence(Ordering::SeqCst);
-        let sum = match (region, self.region) {
-            (Some(r), _) => slots::checked_total(r, dev),
-            (None, Some(r)) => slots::checked_total(r, dev).saturating_add(self.local.total(dev)),
-            (None, None) => self.local.total(dev),
+        let c = match (region, self.region) {
+            (Some(r), _) => slots::checked_sum(r, dev),
+            (None, Some(r)) => {
+                let c = slots::checked_sum(r, dev);
+                slots::CheckedSum { sum: c.sum.saturating_add(self.local.total(dev)), ..c }
+            }
+            (None, None) => slots::CheckedSum { sum: self.local.total(dev), live: 1, pending: 0 },
         };
-        if sum > limit {
+        if c.sum > limit {
             self.write_own(seat, dev, kind, false, bytes);
-            return Err(sum.saturating_sub(bytes));
+            return Err(Over { usage: c.sum.saturating_sub(bytes), in_flight: c.pending });
         }
         Ok(())
     }
@@ -357,7 +439,7 @@ impl<'r> Ledger<'r> {
         kind: UsageKind,
         limit: u64,
         grant: bool,
-    ) -> Result<(), u64> {
+    ) -> Result<(), Over> {
         let s = &r.shared().procs[k];
         let terms = &self.leases[dev];
         let held = slots::lease(s, dev).load(Ordering::Acquire);
@@ -370,12 +452,12 @@ impl<'r> Ledger<'r> {
             // publication (Dekker, as below), and stop refilling until the next grant.
             terms.cap.store(0, Ordering::Relaxed);
             fence(Ordering::SeqCst);
-            let sum = slots::checked_total(r, dev);
-            if sum <= limit {
+            let c = slots::checked_sum(r, dev);
+            if c.sum <= limit {
                 return Ok(());
             }
             slots::write_usage(s, dev, kind, false, bytes);
-            return Err(sum.saturating_sub(bytes));
+            return Err(Over { usage: c.sum.saturating_sub(bytes), in_flight: c.pending });
         }
         let ask = if grant && bytes.saturating_add(LEASE_MAX) <= slots::PENDING_MAX { LEASE_MAX } else { 0 };
         slots::set_pending(s, dev, bytes + ask);
@@ -389,7 +471,9 @@ impl<'r> Ledger<'r> {
         if without_lease > limit {
             slots::set_pending(s, dev, 0);
             terms.cap.store(0, Ordering::Relaxed);
-            return Err(without_lease.saturating_sub(bytes));
+            // Our own publication is in the pending sum: the rest is other processes'.
+            let in_flight = c.pending.saturating_sub(bytes + ask);
+            return Err(Over { usage: without_lease.saturating_sub(bytes), in_flight });
         }
         let share = (limit - without_lease) / (LEASE_SHARE * c.live.max(1) as u64);
         let lease = if share.min(ask) >= LEASE_MIN { share.min(ask) } else { 0 };
@@ -403,10 +487,51 @@ impl<'r> Ledger<'r> {
         Ok(())
     }
 
+    /// A change of this process's device memory begins (the driver's call of a free, then the
+    /// ledger's): waits (bounded) while a measurement of the process's own memory runs, and
+    /// keeps the next one from starting until the returned guard is dropped.
+    pub fn change(&self) -> Change<'_> {
+        let q = &self.quiet;
+        loop {
+            // Dekker with `quiesced`: our count is visible before we read theirs, theirs before
+            // they read ours, so one of the two always sees the other.
+            q.changing.fetch_add(1, Ordering::SeqCst);
+            if q.measuring.load(Ordering::SeqCst) == 0 {
+                return Change { quiet: q };
+            }
+            q.changing.fetch_sub(1, Ordering::Release);
+            if !wait_until(QUIET_WAIT, || q.measuring.load(Ordering::Acquire) == 0) {
+                // A measurement stuck for long (its thread stopped): go ahead, it will be off.
+                q.changing.fetch_add(1, Ordering::SeqCst);
+                return Change { quiet: q };
+            }
+        }
+    }
+
+    /// Runs `f` while no change of this process's device memory is in flight ([`change`],
+    /// every reservation until committed or rolled back): new ones wait until `f` returns, the
+    /// ones in flight are waited for (bounded; `f` gets false if some were still in flight at
+    /// the bound, its measurement may then be off by them). Inside `f`, reserve with
+    /// [`reserve_quiesced`](Self::reserve_quiesced) only. For measuring what the driver holds
+    /// for this process beyond the ledger (a new context's cost) without an allocation or free
+    /// half done on either side.
+    pub fn quiesced<R>(&self, f: impl FnOnce(bool) -> R) -> R {
+        /// Ends the measurement however `f` returns.
+        struct Measuring<'q>(&'q AtomicU32);
+        impl Drop for Measuring<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
+        let q = &self.quiet;
+        q.measuring.fetch_add(1, Ordering::SeqCst);
+        let _m = Measuring(&q.measuring);
+        f(wait_until(QUIET_WAIT, || q.changing.load(Ordering::SeqCst) == 0))
+    }
+
     /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none; read live by the
-    /// caller). Fast path: no lock, no system call. Over the limit: dead slots are swept, then
-    /// the check is repeated under the container lock (serialising near-limit allocators), and
-    /// re-tried briefly while another process has a reservation in flight, before refusing.
+    /// caller). Fast path: no lock, no system call. Over the limit: see `reserve_slow`. The
+    /// reservation is a change in flight ([`change`](Self::change)) until committed or rolled back.
     pub fn reserve<'l>(
         &'l self,
         dev: usize,
@@ -417,18 +542,55 @@ impl<'r> Ledger<'r> {
         if dev >= MAX_DEVICES {
             return Err(ReserveError::BadDevice(dev));
         }
-        let seat = self.seat();
-        let over = match self.try_publish(seat, dev, bytes, kind, limit, true) {
-            Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
-            Err(u) => u,
-        };
-        let Some(region) = self.region else {
-            return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over, limit }));
-        };
-        self.reserve_slow(region, seat, dev, bytes, kind, limit)
+        let change = self.change();
+        let mut r = self.reserve_inner(dev, bytes, kind, limit)?;
+        r._change = Some(change);
+        Ok(r)
     }
 
+    /// [`reserve`](Self::reserve) inside [`quiesced`](Self::quiesced) (which it would wait for).
+    pub fn reserve_quiesced<'l>(
+        &'l self,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
+        if dev >= MAX_DEVICES {
+            return Err(ReserveError::BadDevice(dev));
+        }
+        self.reserve_inner(dev, bytes, kind, limit)
+    }
+
+    fn reserved<'l>(&'l self, dev: usize, kind: UsageKind, bytes: u64) -> Reservation<'l, 'r> {
+        Reservation { ledger: self, dev, kind, bytes, armed: true, _change: None }
+    }
+
+    fn reserve_inner<'l>(
+        &'l self,
+        dev: usize,
+        bytes: u64,
+        kind: UsageKind,
+        limit: u64,
+    ) -> Result<Reservation<'l, 'r>, ReserveError> {
+        let seat = self.seat();
+        let over = match self.try_publish(seat, dev, bytes, kind, limit, true) {
+            Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
+            Err(o) => o,
+        };
+        let Some(region) = self.region else {
+            return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over.usage, limit }));
+        };
+        self.reserve_slow(region, seat, dev, bytes, kind, limit, over)
+    }
+
+    /// Over the limit, before refusing: (1) other processes' leases are taken back; (2) a
+    /// refusal that only other processes' reservations in flight caused is checked again a few
+    /// times (they commit or retract within a check); (3) at most once per
+    /// [`REFUSAL_SWEEP_EVERY`], and only if a lock-free scan finds one, dead slots are swept
+    /// under the container lock. No sleep; no system call except that bounded sweep.
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn reserve_slow<'l>(
         &'l self,
         region: &'r Region,
@@ -437,33 +599,55 @@ impl<'r> Ledger<'r> {
         bytes: u64,
         kind: UsageKind,
         limit: u64,
+        first: Over,
     ) -> Result<Reservation<'l, 'r>, ReserveError> {
         let own = match seat {
             Seat::Slot(k) => Some(k),
             _ => None,
         };
-        // Near the limit, other processes' leases are the first headroom to take back: no lock
-        // (a revocation is one swap per lease, safe against its owner at any time, so a stopped
-        // lock holder cannot keep a fitting allocation from succeeding), no system call.
-        if slots::revoke_leases(region, dev, own) > 0 && self.try_publish(seat, dev, bytes, kind, limit, false).is_ok()
-        {
-            return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true });
-        }
-        // Then dead slots, under the lock (a liveness probe per slot).
-        let g = region.lock().map_err(ReserveError::Lock)?;
-        slots::sweep_locked(&g, self.pid(), &slots::is_dead);
-        let deadline = Instant::now() + IN_FLIGHT_RECHECK;
-        loop {
+        // A revocation is one swap per lease, safe against its owner at any time, so a stopped
+        // lock holder cannot keep a fitting allocation from succeeding.
+        let revoked = slots::revoke_leases(region, dev, own) > 0;
+        // Would it fit without the others' reservations in flight? Then it is checked again.
+        let contended = |o: &Over| o.usage.saturating_sub(o.in_flight).saturating_add(bytes) <= limit;
+        let mut over = first;
+        let mut n = 0;
+        while (n == 0 && revoked) || (contended(&over) && n < IN_FLIGHT_RECHECKS) {
+            for _ in 0..(16u32 << n.min(4)) {
+                std::hint::spin_loop();
+            }
             match self.try_publish(seat, dev, bytes, kind, limit, false) {
-                Ok(()) => return Ok(Reservation { ledger: self, dev, kind, bytes, armed: true }),
-                Err(usage) => {
-                    if !slots::others_in_flight(region, own) || Instant::now() >= deadline {
-                        return Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage, limit }));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+                Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
+                Err(o) => over = o,
+            }
+            n += 1;
+        }
+        if self.sweep_due() && slots::has_sweepable(region, self.pid(), &slots::is_dead) {
+            if let Ok(g) = region.lock_timeout(REFUSAL_SWEEP_LOCK) {
+                slots::sweep_locked(&g, self.pid(), &slots::is_dead);
+            }
+            match self.try_publish(seat, dev, bytes, kind, limit, false) {
+                Ok(()) => return Ok(self.reserved(dev, kind, bytes)),
+                Err(o) => over = o,
             }
         }
+        Err(ReserveError::OverLimit(OverLimit { dev, requested: bytes, usage: over.usage, limit }))
+    }
+
+    /// The refusal path may sweep now (at most once per [`REFUSAL_SWEEP_EVERY`] per process).
+    fn sweep_due(&self) -> bool {
+        let now = self.born.elapsed().as_micros() as u64;
+        let due = self.next_sweep_us.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .next_sweep_us
+                .compare_exchange(
+                    due,
+                    now + REFUSAL_SWEEP_EVERY.as_micros() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// Counts `bytes` without a limit check: memory the driver already holds (reconciled
@@ -859,6 +1043,36 @@ mod tests {
         assert!(a.detach() && b.detach());
     }
 
+    /// Near the limit a refusal takes no lock: a stopped holder of the container lock (here: the
+    /// test) neither delays it nor turns it into a lock error. A reservation in flight of another
+    /// process counts while it lasts (checked again a few times, never slept on), and once it is
+    /// gone the allocation fits.
+    #[test]
+    fn a_refusal_takes_no_lock_and_counts_reservations_in_flight() {
+        let (_p, region) = temp_region("ledger-refusal");
+        let (a, _) = Ledger::attach(&region, unsafe { libc::getpid() });
+        let (b, _) = Ledger::attach(&region, 1); // init: always alive
+        let Seat::Slot(kb) = b.seat() else { panic!("no slot") };
+        const LIMIT: u64 = 100 * MIB;
+        let g = region.lock().unwrap();
+        a.reserve(0, 60 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        a.revoke_leases(0);
+        for _ in 0..3 {
+            let e = a.reserve(0, 50 * MIB, UsageKind::Data, LIMIT).err().unwrap();
+            assert!(matches!(e, ReserveError::OverLimit(OverLimit { usage, .. }) if usage == 60 * MIB), "{e}");
+        }
+        // B's reservation of 30 MiB in flight (its process stopped in the middle of its check).
+        slots::set_pending(&region.shared().procs[kb], 0, 30 * MIB);
+        let e = a.reserve(0, 20 * MIB, UsageKind::Data, LIMIT).err().unwrap();
+        assert!(matches!(e, ReserveError::OverLimit(OverLimit { usage, .. }) if usage == 90 * MIB), "{e}");
+        slots::set_pending(&region.shared().procs[kb], 0, 0);
+        a.reserve(0, 20 * MIB, UsageKind::Data, LIMIT).unwrap().commit();
+        assert_eq!(slots::container_total(&region, 0), 80 * MIB);
+        drop(g);
+        a.release(0, UsageKind::Data, 80 * MIB);
+        assert!(a.detach() && b.detach());
+    }
+
     /// Usage counted without a check (driver-held memory) revokes every lease: a container
     /// taken over its limit that way refuses the next allocation of every process.
     #[test]
@@ -897,6 +1111,41 @@ mod tests {
         l.reserve(0, MIB, UsageKind::Data, 1 << 30).unwrap().commit();
         assert_eq!(l.own_usage(0), 101 * MIB);
         assert!(l.detach());
+    }
+
+    /// A measurement of the process's own memory (a new context's cost) waits for the
+    /// reservations in flight, and the changes that come meanwhile wait for it.
+    #[test]
+    fn a_measurement_sees_no_change_half_done() {
+        use std::sync::atomic::AtomicBool;
+        let l = Ledger::local();
+        let r = l.reserve(0, 100, UsageKind::Data, 0).unwrap();
+        let measured = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            let m = sc.spawn(|| {
+                l.quiesced(|quiet| {
+                    measured.store(true, Ordering::SeqCst);
+                    assert!(quiet, "nothing in flight once it runs");
+                    // Meanwhile another thread's change waits: our own reading stays put.
+                    let before = l.own_usage(0);
+                    std::thread::sleep(Duration::from_millis(50));
+                    assert_eq!(l.own_usage(0), before, "a change passed the measurement");
+                    l.reserve_quiesced(0, 7, UsageKind::Context, 0).unwrap().commit();
+                });
+            });
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(!measured.load(Ordering::SeqCst), "the measurement waits for the reservation in flight");
+            r.commit();
+            while !measured.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            let t = Instant::now();
+            l.reserve(0, 1, UsageKind::Data, 0).unwrap().commit();
+            drop(l.change());
+            assert!(t.elapsed() >= Duration::from_millis(20), "the change did not wait for the measurement");
+            m.join().unwrap();
+        });
+        assert_eq!(l.own_usage(0), 108);
     }
 
     #[test]

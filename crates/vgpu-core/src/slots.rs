@@ -517,15 +517,6 @@ pub(crate) fn revoke_leases(region: &Region, dev: usize, own_slot: Option<usize>
     freed
 }
 
-/// Whether any live slot other than `own_slot` has a reservation in flight.
-pub(crate) fn others_in_flight(region: &Region, own_slot: Option<usize>) -> bool {
-    let r = region.shared();
-    (0..proc_num(r)).any(|k| {
-        let s = &r.procs[k];
-        Some(k) != own_slot && s.status.load(Ordering::Relaxed) != 0 && s.unused[PENDING].load(Ordering::Relaxed) != 0
-    })
-}
-
 /// What a limit check compares: [`container_total`] plus every live slot's reservation in
 /// flight and lease on `dev` (conservative: bytes being committed or moved between lease and
 /// total may count twice for an instant, never zero times).
@@ -533,17 +524,20 @@ pub fn checked_total(region: &Region, dev: usize) -> u64 {
     checked_sum(region, dev).sum
 }
 
-/// [`checked_total`] and how many live slots it read.
+/// [`checked_total`], how many live slots it read and how much of it was reservations in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckedSum {
     pub sum: u64,
     pub live: usize,
+    /// The reservations in flight in `sum` (the checker's own included, if it published one).
+    pub pending: u64,
 }
 
 pub fn checked_sum(region: &Region, dev: usize) -> CheckedSum {
     let r = region.shared();
     let mut sum = 0u64;
     let mut live = 0;
+    let mut pending_sum = 0u64;
     for s in &r.procs[..proc_num(r)] {
         if s.status.load(Ordering::Relaxed) != 0 {
             live += 1;
@@ -558,13 +552,14 @@ pub fn checked_sum(region: &Region, dev: usize) -> CheckedSum {
             let total = s.used[dev].total.load(Ordering::Acquire);
             let l2 = lease(s, dev).load(Ordering::Acquire);
             sum = sum.saturating_add(pending).saturating_add(l1.max(l2)).saturating_add(total);
+            pending_sum = pending_sum.saturating_add(pending);
         }
     }
     let sum = match region.ext() {
         Some(e) => sum.saturating_add(overflow_total(&e.overflow, dev)),
         None => sum,
     };
-    CheckedSum { sum, live }
+    CheckedSum { sum, live, pending: pending_sum }
 }
 
 fn slot_write(region: &Region, k: usize, dev: usize, kind: UsageKind, add: bool, bytes: u64) {
@@ -1357,7 +1352,7 @@ mod tests {
         set_pending(&g.procs[1], 2, 40);
         set_pending(&g.procs[0], 5, 7); // another device's reservation: not ours
         assert_eq!(container_total(&r, 2), 1000, "views and the monitor: totals only");
-        assert_eq!(checked_sum(&r, 2), CheckedSum { sum: 1340, live: 2 });
+        assert_eq!(checked_sum(&r, 2), CheckedSum { sum: 1340, live: 2, pending: 40 });
         assert_eq!(checked_total(&r, 5), 7);
         // Revocation takes other slots' leases, never our own or another device's.
         grant_lease(&g.procs[1], 2, 11);

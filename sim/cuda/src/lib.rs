@@ -52,6 +52,11 @@ pub(crate) struct Knobs {
     pub procaddr_thunks: bool,
     pub log: bool,
     pub count_file: Option<String>,
+    /// `VGPU_SIM_FAST_OOM=1`: an allocation on a full device is refused the way a real driver
+    /// refuses it, from its counters; dead processes are reclaimed as `cuMemGetInfo` reclaims
+    /// them (reaped at once, zombies and recycled pids within 100 ms) instead of by a `/proc`
+    /// read of every process per refusal. Off by default; the benchmarks near the limit set it.
+    pub fast_oom: bool,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -69,6 +74,7 @@ pub(crate) fn knobs() -> &'static Knobs {
         procaddr_thunks: std::env::var("VGPU_SIM_PROCADDR_THUNKS").map(|v| v.trim() == "1").unwrap_or(false),
         log: std::env::var("VGPU_SIM_LOG").map(|v| v.trim() == "1").unwrap_or(false),
         count_file: std::env::var("VGPU_SIM_COUNT_FILE").ok().filter(|s| !s.is_empty()),
+        fast_oom: std::env::var("VGPU_SIM_FAST_OOM").map(|v| v.trim() == "1").unwrap_or(false),
     })
 }
 

@@ -77,13 +77,27 @@ pub(crate) fn check_range(sim: &Sim, ptr: u64, len: u64) -> Result<(), CUresult>
     }
 }
 
+/// Reclaims of dead processes before a refusal under `VGPU_SIM_FAST_OOM` (see `Knobs`).
+static LAST_OOM_RECLAIM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Charge device memory for this process (reclaiming dead processes once if full).
 pub(crate) fn charge(dev: usize, bytes: u64) -> Result<(), CUresult> {
     if crate::cgroup::over_limit(dev, bytes) {
         simlog!("out of memory on device {}: the cgroup's hard limit (VGPU_SIM_CGROUP_LIMIT_MIB)", dev);
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    if bytes == 0 || state().charge(my_slot(), dev, bytes) {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let st = state();
+    let charged = if crate::knobs().fast_oom {
+        st.try_charge(my_slot(), dev, bytes)
+            || (st.reclaim_dead_rate_limited(&LAST_OOM_RECLAIM, 100_000_000) > 0
+                && st.try_charge(my_slot(), dev, bytes))
+    } else {
+        st.charge(my_slot(), dev, bytes)
+    };
+    if charged {
         Ok(())
     } else {
         simlog!(
