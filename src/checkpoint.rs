@@ -74,9 +74,12 @@ fn nvml_holds(st: &state::State, devs: &[usize]) -> Option<bool> {
     for &d in devs {
         let procs = driver::nvml_processes(driver::nvml_handle(d)?)?;
         match procs.into_iter().find(|&(pid, _)| pid == me).map(|(_, used)| used) {
-            Some(u64::MAX) => return None, // NVML_VALUE_NOT_AVAILABLE
+            // Not listed (a list taken in passing, a PID namespace NVML does not resolve) or no
+            // figure (NVML_VALUE_NOT_AVAILABLE): no evidence either way. Reading absence as a
+            // checkpoint would give the container room the process still holds.
+            None | Some(u64::MAX) => return None,
             Some(used) if used > 0 => any = true,
-            _ => {}
+            Some(_) => {}
         }
     }
     Some(any)
