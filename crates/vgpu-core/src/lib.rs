@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod limiter;
 pub mod limits;
 pub mod lock;
+pub mod noderegion;
 pub mod reconcile;
 pub mod region;
 pub mod regionfile;
