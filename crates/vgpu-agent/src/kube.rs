@@ -105,9 +105,8 @@ impl ApiConfig {
     }
 
     fn in_cluster() -> Result<ApiConfig, String> {
-        let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
-            "not in a cluster (KUBERNETES_SERVICE_HOST unset) and KUBECONFIG empty".to_string()
-        })?;
+        let host = std::env::var("KUBERNETES_SERVICE_HOST")
+            .map_err(|_| "not in a cluster (KUBERNETES_SERVICE_HOST unset) and KUBECONFIG empty".to_string())?;
         let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
         let host = if host.contains(':') { format!("[{host}]") } else { host };
         Ok(ApiConfig {
@@ -126,7 +125,8 @@ impl ApiConfig {
         let docs = YamlLoader::load_from_str(&text).map_err(|e| format!("kubeconfig {path}: {e}"))?;
         let doc = docs.first().ok_or_else(|| format!("kubeconfig {path}: empty"))?;
         let base = std::path::Path::new(path).parent().unwrap_or(std::path::Path::new("."));
-        let ctx_name = doc["current-context"].as_str().ok_or_else(|| format!("kubeconfig {path}: no current-context"))?;
+        let ctx_name =
+            doc["current-context"].as_str().ok_or_else(|| format!("kubeconfig {path}: no current-context"))?;
         let ctx = named(&doc["contexts"], ctx_name, "context")
             .ok_or_else(|| format!("kubeconfig {path}: context {ctx_name:?} not found"))?;
         let cluster_name = ctx["cluster"].as_str().unwrap_or_default();
@@ -213,11 +213,8 @@ impl Client {
 
     /// Pods on `node`, by UID.
     pub fn pods_on(&self, node: &str) -> Result<HashMap<String, Pod>, String> {
-        let url = format!(
-            "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{}&resourceVersion=0",
-            self.cfg.server,
-            encode(node)
-        );
+        let url =
+            format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3D{}&resourceVersion=0", self.cfg.server, encode(node));
         let mut req = self.agent.get(&url).header("Accept", "application/json");
         if let Some(t) = self.bearer() {
             req = req.header("Authorization", &format!("Bearer {t}"));

@@ -92,7 +92,8 @@ fn parse_args(argv: Vec<String>) -> Result<Args, String> {
         };
         let name = name.strip_prefix("--").or_else(|| name.strip_prefix('-')).map(str::to_owned);
         let Some(name) = name else { return Err(format!("unexpected argument {arg:?}")) };
-        let mut value = |flag: &str| inline.clone().or_else(|| it.next()).ok_or_else(|| format!("--{flag} needs a value"));
+        let mut value =
+            |flag: &str| inline.clone().or_else(|| it.next()).ok_or_else(|| format!("--{flag} needs a value"));
         match name.as_str() {
             "h" | "help" => {
                 print!("{USAGE}");
@@ -207,7 +208,10 @@ fn main() {
         let ag = agent.clone();
         let legacy = a.legacy;
         let bind = a.bind.clone();
-        std::thread::Builder::new().name("metrics".into()).spawn(move || server::serve(&bind, ag, legacy)).expect("thread");
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || server::serve(&bind, ag, legacy))
+            .expect("thread");
     }
     let mut scratch = Vec::new();
     loop {
@@ -237,9 +241,17 @@ mod tests {
     #[test]
     fn flags_in_go_forms() {
         let a = parse_args(
-            ["--metrics-bind-address=127.0.0.1:1", "-v", "4", "--legacy-metrics", "-feedback-interval", "1s", "--no-feedback"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "--metrics-bind-address=127.0.0.1:1",
+                "-v",
+                "4",
+                "--legacy-metrics",
+                "-feedback-interval",
+                "1s",
+                "--no-feedback",
+            ]
+            .map(String::from)
+            .to_vec(),
         )
         .unwrap();
         assert_eq!(a.bind, "127.0.0.1:1");

@@ -57,8 +57,16 @@ impl HamiFamilies {
         HamiFamilies {
             used: f.gauge("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", &CTR),
             limit: f.gauge("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", &CTR),
-            device_memory: f.gauge("hami_container_device_memory_bytes", "Container device memory usage in bytes", &CTR),
-            utilization: f.gauge("hami_container_device_utilization_ratio", "Container device SM utilization ratio", &CTR),
+            device_memory: f.gauge(
+                "hami_container_device_memory_bytes",
+                "Container device memory usage in bytes",
+                &CTR,
+            ),
+            utilization: f.gauge(
+                "hami_container_device_utilization_ratio",
+                "Container device SM utilization ratio",
+                &CTR,
+            ),
             last_kernel: f.gauge(
                 "hami_container_last_kernel_elapsed_seconds",
                 "Seconds since last kernel execution in container",
@@ -74,7 +82,11 @@ impl HamiFamilies {
                     f.gauge("vGPU_device_memory_usage_in_bytes", "vGPU device usage", &LEGACY_CTR),
                     f.gauge("vGPU_device_memory_limit_in_bytes", "vGPU device limit", &LEGACY_CTR),
                     f.gauge("Device_memory_desc_of_container", "Container device memory description", &mem),
-                    f.gauge("Device_utilization_desc_of_container", "Container device utilization description", &LEGACY_CTR),
+                    f.gauge(
+                        "Device_utilization_desc_of_container",
+                        "Container device utilization description",
+                        &LEGACY_CTR,
+                    ),
                     f.gauge("Device_last_kernel_of_container", "Container device last kernel description", &LEGACY_CTR),
                 ]
             }),
@@ -110,7 +122,11 @@ impl OwnFamilies {
                 "Measured SM share of the device used by the container over the last seconds (0-1)",
                 &CTR,
             ),
-            refusals: f.counter("vgpu_allocation_refusals_total", "Device allocations refused by the memory limit", &CTR),
+            refusals: f.counter(
+                "vgpu_allocation_refusals_total",
+                "Device allocations refused by the memory limit",
+                &CTR,
+            ),
             refused_bytes: f.counter(
                 "vgpu_allocation_refused_bytes_total",
                 "Bytes of device allocations refused by the memory limit",
@@ -198,10 +214,9 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
         own.blocked_now.with_label_values(&c3).set(if s.recent_kernel < 0 { 1.0 } else { 0.0 });
         own.switch.with_label_values(&c3).set(f64::from(s.utilization_switch));
         let ext_buf = read_ext(&o);
-        let ext = ext_buf
-            .as_deref()
-            .map(as_ext)
-            .filter(|e| e.ext_magic.load(Ordering::Relaxed) == EXT_MAGIC && e.ext_version.load(Ordering::Relaxed) == EXT_VERSION);
+        let ext = ext_buf.as_deref().map(as_ext).filter(|e| {
+            e.ext_magic.load(Ordering::Relaxed) == EXT_MAGIC && e.ext_version.load(Ordering::Relaxed) == EXT_VERSION
+        });
         let ctrs = ext.and_then(counters::read);
         if let Some(c) = &ctrs {
             own.swept.with_label_values(&c3).inc_by(c.swept_slots as f64);
@@ -230,7 +245,8 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
                 used.with_label_values(&l).set(u.total as f64);
                 limit.with_label_values(&l).set(s.limit[i] as f64);
                 let offset = u.total.wrapping_sub(u.context).wrapping_sub(u.module).wrapping_sub(u.data);
-                let (c, m, dd, off) = (u.context.to_string(), u.module.to_string(), u.data.to_string(), offset.to_string());
+                let (c, m, dd, off) =
+                    (u.context.to_string(), u.module.to_string(), u.data.to_string(), offset.to_string());
                 let mut ml = l.to_vec();
                 ml.extend([c.as_str(), m.as_str(), dd.as_str(), off.as_str()]);
                 mem.with_label_values(&ml).set(u.total as f64);
@@ -282,7 +298,8 @@ fn agent_families(f: &Families, agent: &Agent, have_pods: bool) {
     f.counter("vgpu_agent_feedback_passes_total", "Passes of the feedback loop (discovery, GC, stores)", &[])
         .with_label_values::<&str>(&[])
         .inc_by(st.passes as f64);
-    let stores = f.counter("vgpu_agent_feedback_stores_total", "Control words written by the feedback loop", &["field"]);
+    let stores =
+        f.counter("vgpu_agent_feedback_stores_total", "Control words written by the feedback loop", &["field"]);
     for fld in [Field::RecentKernel, Field::UtilizationSwitch] {
         stores.with_label_values(&[fld.label()]).inc_by(*st.stores.get(&fld).unwrap_or(&0) as f64);
     }
