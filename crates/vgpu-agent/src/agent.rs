@@ -136,18 +136,15 @@ impl Agent {
         let mut opened = Vec::new();
         let mut controls = Vec::new();
         for d in dirs {
-            match self.open(d, Access::ReadWrite, Depth::Control, scratch) {
-                Ok(Some(o)) => {
-                    let s = &o.summary;
-                    controls.push(Control {
-                        priority: s.priority,
-                        recent_kernel: s.recent_kernel,
-                        utilization_switch: s.utilization_switch,
-                        uuids: s.uuids.clone(),
-                    });
-                    opened.push((d, o));
-                }
-                Ok(None) | Err(_) => {}
+            if let Ok(Some(o)) = self.open(d, Access::ReadWrite, Depth::Control, scratch) {
+                let s = &o.summary;
+                controls.push(Control {
+                    priority: s.priority,
+                    recent_kernel: s.recent_kernel,
+                    utilization_switch: s.utilization_switch,
+                    uuids: s.uuids.clone(),
+                });
+                opened.push((d, o));
             }
         }
         let stores = feedback::observe(&mut controls);
