@@ -356,12 +356,25 @@ fn metrics_match_the_regions_with_names_from_the_api() {
 /// alone on its GPU has its switch turned off.
 #[test]
 fn feedback_blocks_lower_priority_while_higher_launches() {
-    let sb = Sandbox::new("agent-feedback");
+    feedback_scenario("agent-feedback", 1);
+}
+
+/// The same with two agents steering the same regions (as an agent beside another monitor):
+/// activity decays twice as fast, but launches re-mark it, so the decisions are the same.
+#[test]
+fn two_agents_do_no_harm() {
+    feedback_scenario("agent-feedback2", 2);
+}
+
+fn feedback_scenario(name: &str, agents: usize) {
+    let sb = Sandbox::new(name);
     let hook = hook_tree(&sb, &["uid-h_main", "uid-l_main"]);
     let c = hook.join("containers");
     let (rh, rl) = (c.join("uid-h_main/r.cache"), c.join("uid-l_main/r.cache"));
     let port = free_port();
     let agent = spawn_agent(&sb, &hook, port, &[], &["--feedback-interval", "100ms"]);
+    let _others: Vec<Spawned> =
+        (1..agents).map(|_| spawn_agent(&sb, &hook, free_port(), &[], &["--feedback-interval", "130ms"])).collect();
     let launcher = |region: &Path, prio: &str, rounds: usize, gap_ms: u32| {
         let mut args = vec!["info".to_string()];
         for _ in 0..rounds {
