@@ -10,6 +10,7 @@
 #   - descriptors and mappings: counted after 1 pass and after PASSES   no growth
 #
 # Usage: ci/bench_agent.sh [AGENT_BINARY]   (default target/release/vgpu-agent; builds it if absent)
+# The scrapes run beside the default 5 s feedback interval; the passes then run back to back.
 # Environment: BENCH_DIRS (1000), BENCH_PASSES (10000), BENCH_SCRAPES (50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,33 +58,48 @@ for i in range(n):
 EOF
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-HOOK_PATH="$tmp/hook" "$agent" --metrics-bind-address "127.0.0.1:$port" --feedback-interval 10ms -v 6 \
-    2>"$tmp/agent.log" &
-pid=$!
-for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-done
-
+# start_agent INTERVAL LOG: the agent over the tree, as a real process; waits until it serves.
+start_agent() {
+    HOOK_PATH="$tmp/hook" "$agent" --metrics-bind-address "127.0.0.1:$port" --feedback-interval "$1" -v 6 \
+        2>"$2" &
+    pid=$!
+    for _ in $(seq 100); do
+        curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "agent does not serve" >&2
+    exit 1
+}
+stop_agent() {
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    pid=""
+}
 passes_done() { grep -c "pass took" "$tmp/agent.log" || true; }
 count() { find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 maps() { wc -l <"/proc/$pid/maps"; }
+hwm() { awk '/VmHWM/ {print $2}' "/proc/$pid/status"; }
 
-while [[ $(passes_done) -lt 2 ]]; do sleep 0.05; done
-fd0=$(count)
-maps0=$(maps)
-
+# 1. Scrapes, with the production feedback interval (5 s) beside them.
+start_agent 5s "$tmp/scrape-agent.log"
 : >"$tmp/scrape.txt"
 for _ in $(seq "$scrapes"); do
     curl -s -o "$tmp/metrics.txt" -w '%{time_total}\n' "http://127.0.0.1:$port/metrics" >>"$tmp/scrape.txt"
 done
 samples=$(grep -c '^hami_vgpu_memory_used_bytes{' "$tmp/metrics.txt" || true)
+hwm_scrape=$(hwm)
+stop_agent
 
+# 2. Feedback passes back to back (10 ms apart): time, descriptors, mappings, memory.
+start_agent 10ms "$tmp/agent.log"
+while [[ $(passes_done) -lt 2 ]]; do sleep 0.05; done
+fd0=$(count)
+maps0=$(maps)
 while [[ $(passes_done) -lt $passes ]]; do sleep 1; done
 fd1=$(count)
 maps1=$(maps)
-hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+hwm_pass=$(hwm)
+hwm=$((hwm_scrape > hwm_pass ? hwm_scrape : hwm_pass))
 
 python3 - "$tmp/agent.log" "$tmp/scrape.txt" <<EOF
 import re, statistics, sys
@@ -98,10 +114,11 @@ print(f"dirs=$dirs samples_per_family=$samples")
 print(f"scrape_ms: n={len(s)} median={statistics.median(s):.1f} p95={q(s, .95):.1f} max={max(s):.1f} (target <= 100)")
 print(f"pass_ms:   n={len(p)} median={statistics.median(p):.2f} p95={q(p, .95):.2f} max={max(p):.2f} (target <= 20)")
 EOF
-echo "rss_kib: hwm=$hwm now=$rss (target <= 32768)"
+echo "rss_kib: hwm scrape phase=$hwm_scrape, pass phase=$hwm_pass (target <= 32768)"
 echo "fds: after 2 passes=$fd0 after $passes passes=$fd1; maps: $maps0 -> $maps1"
 ok=1
-[[ "$fd1" -le "$fd0" ]] || { echo "FAIL: descriptors grew"; ok=0; }
+# A pass holds at most two descriptors at a time (the O_PATH one and the file).
+[[ "$fd1" -le $((fd0 + 2)) ]] || { echo "FAIL: descriptors grew"; ok=0; }
 [[ "$maps1" -le $((maps0 + 2)) ]] || { echo "FAIL: mappings grew"; ok=0; }
 [[ "$hwm" -le 32768 ]] || { echo "FAIL: resident memory above 32 MiB"; ok=0; }
 [[ "$samples" -eq "$dirs" ]] || { echo "FAIL: $samples samples for $dirs containers"; ok=0; }

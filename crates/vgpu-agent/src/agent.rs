@@ -40,6 +40,7 @@ pub struct Agent {
 
 /// One container's region, opened and summarised.
 pub struct Opened {
+    pub path: PathBuf,
     pub fd: RegionFd,
     pub layout: Layout,
     pub summary: noderegion::Summary,
@@ -98,7 +99,7 @@ impl Agent {
         let r = noderegion::open(&path, access).and_then(|fd| {
             let layout = fd.layout()?;
             let summary = noderegion::summarise(&fd, &layout, depth, scratch)?;
-            Ok(Opened { fd, layout, summary })
+            Ok(Opened { path: path.clone(), fd, layout, summary })
         });
         match r {
             Ok(o) => {
@@ -132,35 +133,59 @@ impl Agent {
         lock(&self.stats).passes += 1;
     }
 
+    /// Reads every container's control words (each file closed again: no descriptor is held per
+    /// container), decides, then re-opens only the files that get a store, checking they are still
+    /// the files read.
     fn feedback_pass(&self, dirs: &[Dir], scratch: &mut Vec<u8>) {
-        let mut opened = Vec::new();
+        let mut read = Vec::new();
         let mut controls = Vec::new();
         for d in dirs {
             if let Ok(Some(o)) = self.open(d, Access::ReadWrite, Depth::Control, scratch) {
-                let s = &o.summary;
+                let s = o.summary;
                 controls.push(Control {
                     priority: s.priority,
                     recent_kernel: s.recent_kernel,
                     utilization_switch: s.utilization_switch,
-                    uuids: s.uuids.clone(),
+                    uuids: s.uuids,
                 });
-                opened.push((d, o));
+                read.push((d, o.path, o.fd.identity(), o.layout));
             }
         }
-        let stores = feedback::observe(&mut controls);
-        for st in stores {
-            let (d, o) = &opened[st.container];
-            let off = match st.field {
-                Field::RecentKernel => o.layout.recent_kernel,
-                Field::UtilizationSwitch => o.layout.utilization_switch,
-            };
-            match o.fd.store_i32(off as u64, st.value) {
-                Ok(()) => {
-                    *lock(&self.stats).stores.entry(st.field).or_insert(0) += 1;
-                    log::info(5, &format!("{}: {} = {}", d.name, st.field.label(), st.value));
+        let mut stores = feedback::observe(&mut controls);
+        // One open per container written; a container's stores keep their order (stable sort).
+        stores.sort_by_key(|s| s.container);
+        let mut i = 0;
+        while i < stores.len() {
+            let k = stores[i].container;
+            let n = stores[i..].iter().take_while(|s| s.container == k).count();
+            let (d, path, identity, layout) = &read[k];
+            let fd = match noderegion::open(path, Access::ReadWrite) {
+                Ok(fd) if fd.identity() == *identity => fd,
+                Ok(_) => {
+                    self.note_skip(d, &Skip::new(SkipReason::Missing, "replaced since read: not written"));
+                    i += n;
+                    continue;
                 }
-                Err(s) => self.note_skip(d, &s),
+                Err(s) => {
+                    self.note_skip(d, &s);
+                    i += n;
+                    continue;
+                }
+            };
+            for st in &stores[i..i + n] {
+                let off = match st.field {
+                    Field::RecentKernel => layout.recent_kernel,
+                    Field::UtilizationSwitch => layout.utilization_switch,
+                };
+                match fd.store_i32(off as u64, st.value) {
+                    Ok(()) => {
+                        *lock(&self.stats).stores.entry(st.field).or_insert(0) += 1;
+                        log::info(5, &format!("{}: {} = {}", d.name, st.field.label(), st.value));
+                    }
+                    Err(s) => self.note_skip(d, &s),
+                }
             }
+            i += n;
         }
     }
 

@@ -8,8 +8,8 @@
 
 use crate::agent::{Agent, Opened};
 use crate::feedback::Field;
-use prometheus::{CounterVec, Encoder, GaugeVec, Opts, Registry, TextEncoder};
-use std::collections::HashMap;
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, TextEncoder};
 use std::sync::atomic::Ordering;
 use vgpu_core::counters;
 use vgpu_core::noderegion::{Access, Depth, SkipReason, Version};
@@ -18,140 +18,223 @@ use vgpu_core::region::{EXT_MAGIC, EXT_OFFSET, EXT_SIZE, EXT_VERSION, FILE_SIZE,
 const CTR: [&str; 5] = ["namespace", "pod", "container", "vdevice_index", "device_uuid"];
 const LEGACY_CTR: [&str; 5] = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"];
 
-struct Families {
-    reg: Registry,
+/// One family of one scrape: the const metrics of the monitor's collector (client_golang's
+/// `MustNewConstMetric`), built straight into the crate's data model, no registry in between.
+struct Fam {
+    family: MetricFamily,
+    labels: &'static [&'static str],
 }
 
-impl Families {
-    fn new() -> Families {
-        let labels = HashMap::from([("zone".to_string(), "vGPU".to_string())]);
-        Families { reg: Registry::new_custom(None, Some(labels)).expect("valid const label") }
+impl Fam {
+    fn new(kind: MetricType, name: &str, help: &str, labels: &'static [&'static str]) -> Fam {
+        let mut family = MetricFamily::default();
+        family.set_name(name.into());
+        family.set_help(help.into());
+        family.set_field_type(kind);
+        Fam { family, labels }
     }
-    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-        let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-        self.reg.register(Box::new(g.clone())).expect("unique metric");
-        g
+    fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Fam {
+        Fam::new(MetricType::GAUGE, name, help, labels)
     }
-    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
-        let c = CounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-        self.reg.register(Box::new(c.clone())).expect("unique metric");
-        c
+    fn counter(name: &str, help: &str, labels: &'static [&'static str]) -> Fam {
+        Fam::new(MetricType::COUNTER, name, help, labels)
+    }
+    /// One sample; labels in name order with the const `zone`, as client_golang writes them.
+    fn add(&mut self, values: &[&str], v: f64) {
+        debug_assert_eq!(values.len(), self.labels.len());
+        let mut pairs: Vec<LabelPair> = self
+            .labels
+            .iter()
+            .zip(values)
+            .chain(std::iter::once((&"zone", &"vGPU")))
+            .map(|(n, v)| {
+                let mut p = LabelPair::default();
+                p.set_name((*n).to_string());
+                p.set_value((*v).to_string());
+                p
+            })
+            .collect();
+        pairs.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut m = Metric::default();
+        m.set_label(pairs);
+        if self.family.get_field_type() == MetricType::COUNTER {
+            let mut c = Counter::default();
+            c.set_value(v);
+            m.set_counter(c);
+        } else {
+            let mut g = Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
+        }
+        self.family.mut_metric().push(m);
     }
 }
+
+const MEM: [&str; 9] =
+    ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "context", "module", "data", "offset"];
+const C3: [&str; 3] = ["namespace", "pod", "container"];
 
 /// HAMi's per-container families (new names, and the legacy ones when asked).
 struct HamiFamilies {
-    used: GaugeVec,
-    limit: GaugeVec,
-    device_memory: GaugeVec,
-    utilization: GaugeVec,
-    last_kernel: GaugeVec,
-    context: GaugeVec,
-    module: GaugeVec,
-    buffer: GaugeVec,
-    legacy: Option<[GaugeVec; 5]>,
+    used: Fam,
+    limit: Fam,
+    device_memory: Fam,
+    utilization: Fam,
+    last_kernel: Fam,
+    context: Fam,
+    module: Fam,
+    buffer: Fam,
+    legacy: Option<[Fam; 5]>,
 }
 
 impl HamiFamilies {
-    fn new(f: &Families, legacy: bool) -> HamiFamilies {
+    fn new(legacy: bool) -> HamiFamilies {
         HamiFamilies {
-            used: f.gauge("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", &CTR),
-            limit: f.gauge("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", &CTR),
-            device_memory: f.gauge(
+            used: Fam::gauge("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", &CTR),
+            limit: Fam::gauge("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", &CTR),
+            device_memory: Fam::gauge(
                 "hami_container_device_memory_bytes",
                 "Container device memory usage in bytes",
                 &CTR,
             ),
-            utilization: f.gauge(
+            utilization: Fam::gauge(
                 "hami_container_device_utilization_ratio",
                 "Container device SM utilization ratio",
                 &CTR,
             ),
-            last_kernel: f.gauge(
+            last_kernel: Fam::gauge(
                 "hami_container_last_kernel_elapsed_seconds",
                 "Seconds since last kernel execution in container",
                 &CTR,
             ),
-            context: f.gauge("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", &CTR),
-            module: f.gauge("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", &CTR),
-            buffer: f.gauge("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", &CTR),
+            context: Fam::gauge(
+                "hami_vgpu_memory_context_bytes",
+                "Container device memory context size in bytes",
+                &CTR,
+            ),
+            module: Fam::gauge("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", &CTR),
+            buffer: Fam::gauge("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", &CTR),
             legacy: legacy.then(|| {
-                let mut mem = LEGACY_CTR.to_vec();
-                mem.extend(["context", "module", "data", "offset"]);
                 [
-                    f.gauge("vGPU_device_memory_usage_in_bytes", "vGPU device usage", &LEGACY_CTR),
-                    f.gauge("vGPU_device_memory_limit_in_bytes", "vGPU device limit", &LEGACY_CTR),
-                    f.gauge("Device_memory_desc_of_container", "Container device memory description", &mem),
-                    f.gauge(
+                    Fam::gauge("vGPU_device_memory_usage_in_bytes", "vGPU device usage", &LEGACY_CTR),
+                    Fam::gauge("vGPU_device_memory_limit_in_bytes", "vGPU device limit", &LEGACY_CTR),
+                    Fam::gauge("Device_memory_desc_of_container", "Container device memory description", &MEM),
+                    Fam::gauge(
                         "Device_utilization_desc_of_container",
                         "Container device utilization description",
                         &LEGACY_CTR,
                     ),
-                    f.gauge("Device_last_kernel_of_container", "Container device last kernel description", &LEGACY_CTR),
+                    Fam::gauge(
+                        "Device_last_kernel_of_container",
+                        "Container device last kernel description",
+                        &LEGACY_CTR,
+                    ),
                 ]
             }),
         }
+    }
+    fn into_families(self, out: &mut Vec<MetricFamily>) {
+        let mut all = vec![
+            self.used,
+            self.limit,
+            self.device_memory,
+            self.utilization,
+            self.last_kernel,
+            self.context,
+            self.module,
+            self.buffer,
+        ];
+        if let Some(l) = self.legacy {
+            all.extend(l);
+        }
+        out.extend(all.into_iter().map(|f| f.family));
     }
 }
 
 /// libvgpu's per-device families (the counters `vgpu-smi` shows).
 struct OwnFamilies {
-    processes: GaugeVec,
-    sm_limit: GaugeVec,
-    share: GaugeVec,
-    refusals: CounterVec,
-    refused_bytes: CounterVec,
-    throttled: CounterVec,
-    throttled_launches: CounterVec,
-    blocked: CounterVec,
-    swept: CounterVec,
-    sweeps: CounterVec,
-    blocked_now: GaugeVec,
-    switch: GaugeVec,
-    unusable: GaugeVec,
+    processes: Fam,
+    sm_limit: Fam,
+    share: Fam,
+    refusals: Fam,
+    refused_bytes: Fam,
+    throttled: Fam,
+    throttled_launches: Fam,
+    blocked: Fam,
+    swept: Fam,
+    sweeps: Fam,
+    blocked_now: Fam,
+    switch: Fam,
+    unusable: Fam,
 }
 
 impl OwnFamilies {
-    fn new(f: &Families) -> OwnFamilies {
-        let ctr = ["namespace", "pod", "container"];
+    fn new() -> OwnFamilies {
         OwnFamilies {
-            processes: f.gauge("vgpu_processes", "Live process slots of the container's region", &ctr),
-            sm_limit: f.gauge("vgpu_sm_limit_percent", "SM limit of the device, percent", &CTR),
-            share: f.gauge(
+            processes: Fam::gauge("vgpu_processes", "Live process slots of the container's region", &C3),
+            sm_limit: Fam::gauge("vgpu_sm_limit_percent", "SM limit of the device, percent", &CTR),
+            share: Fam::gauge(
                 "vgpu_sm_share_ratio",
                 "Measured SM share of the device used by the container over the last seconds (0-1)",
                 &CTR,
             ),
-            refusals: f.counter(
+            refusals: Fam::counter(
                 "vgpu_allocation_refusals_total",
                 "Device allocations refused by the memory limit",
                 &CTR,
             ),
-            refused_bytes: f.counter(
+            refused_bytes: Fam::counter(
                 "vgpu_allocation_refused_bytes_total",
                 "Bytes of device allocations refused by the memory limit",
                 &CTR,
             ),
-            throttled: f.counter("vgpu_throttled_seconds_total", "Time kernel launches waited for the SM limit", &CTR),
-            throttled_launches: f.counter(
+            throttled: Fam::counter(
+                "vgpu_throttled_seconds_total",
+                "Time kernel launches waited for the SM limit",
+                &CTR,
+            ),
+            throttled_launches: Fam::counter(
                 "vgpu_throttled_launches_total",
                 "Kernel launches that waited for the SM limit",
                 &CTR,
             ),
-            blocked: f.counter(
+            blocked: Fam::counter(
                 "vgpu_blocked_seconds_total",
                 "Time kernel launches waited on the monitor's block (recent_kernel < 0)",
                 &CTR,
             ),
-            swept: f.counter("vgpu_swept_slots_total", "Dead processes' slots freed by the library's sweeps", &ctr),
-            sweeps: f.counter("vgpu_sweeps_total", "Sweeps that freed at least one slot", &ctr),
-            blocked_now: f.gauge("vgpu_blocked_by_monitor", "1 while recent_kernel < 0 (launches blocked)", &ctr),
-            switch: f.gauge("vgpu_utilization_switch", "The region's utilization_switch (1 = SM limit enforced)", &ctr),
-            unusable: f.gauge(
+            swept: Fam::counter("vgpu_swept_slots_total", "Dead processes' slots freed by the library's sweeps", &C3),
+            sweeps: Fam::counter("vgpu_sweeps_total", "Sweeps that freed at least one slot", &C3),
+            blocked_now: Fam::gauge("vgpu_blocked_by_monitor", "1 while recent_kernel < 0 (launches blocked)", &C3),
+            switch: Fam::gauge(
+                "vgpu_utilization_switch",
+                "The region's utilization_switch (1 = SM limit enforced)",
+                &C3,
+            ),
+            unusable: Fam::gauge(
                 "vgpu_region_unusable",
                 "1 for a container directory whose region file is skipped, with the reason",
                 &["pod_uid", "container", "reason"],
             ),
+        }
+    }
+    fn into_families(self, out: &mut Vec<MetricFamily>) {
+        for f in [
+            self.processes,
+            self.sm_limit,
+            self.share,
+            self.refusals,
+            self.refused_bytes,
+            self.throttled,
+            self.throttled_launches,
+            self.blocked,
+            self.swept,
+            self.sweeps,
+            self.blocked_now,
+            self.switch,
+            self.unusable,
+        ] {
+            out.push(f.family);
         }
     }
 }
@@ -189,9 +272,8 @@ const SHARE_FRESH_NS: u64 = 10_000_000_000;
 
 /// The whole exposition text of one scrape.
 pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
-    let f = Families::new();
-    let hami = HamiFamilies::new(&f, legacy);
-    let own = OwnFamilies::new(&f);
+    let mut hami = HamiFamilies::new(legacy);
+    let mut own = OwnFamilies::new();
     let pods = agent.pods.lock().unwrap_or_else(|p| p.into_inner()).pods.as_ref().map(|(m, _)| m.clone());
     let now = now_unix();
     let mono = monotonic_ns();
@@ -200,7 +282,7 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
             Ok(Some(o)) => o,
             Ok(None) => continue,
             Err(s) => {
-                own.unusable.with_label_values(&[&d.pod_uid, &d.container, s.reason.label()]).set(1.0);
+                own.unusable.add(&[&d.pod_uid, &d.container, s.reason.label()], 1.0);
                 continue;
             }
         };
@@ -210,17 +292,17 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
         };
         let s = &o.summary;
         let c3 = [ns, pod, d.container.as_str()];
-        own.processes.with_label_values(&c3).set(f64::from(s.processes));
-        own.blocked_now.with_label_values(&c3).set(if s.recent_kernel < 0 { 1.0 } else { 0.0 });
-        own.switch.with_label_values(&c3).set(f64::from(s.utilization_switch));
+        own.processes.add(&c3, f64::from(s.processes));
+        own.blocked_now.add(&c3, if s.recent_kernel < 0 { 1.0 } else { 0.0 });
+        own.switch.add(&c3, f64::from(s.utilization_switch));
         let ext_buf = read_ext(&o);
         let ext = ext_buf.as_deref().map(as_ext).filter(|e| {
             e.ext_magic.load(Ordering::Relaxed) == EXT_MAGIC && e.ext_version.load(Ordering::Relaxed) == EXT_VERSION
         });
         let ctrs = ext.and_then(counters::read);
         if let Some(c) = &ctrs {
-            own.swept.with_label_values(&c3).inc_by(c.swept_slots as f64);
-            own.sweeps.with_label_values(&c3).inc_by(c.sweeps as f64);
+            own.swept.add(&c3, c.swept_slots as f64);
+            own.sweeps.add(&c3, c.sweeps as f64);
         }
         let sm_limits = read_sm_limits(&o);
         let device_num = s.device_num.min(MAX_DEVICES as u64) as usize;
@@ -229,54 +311,59 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
             let idx = i.to_string();
             let l = [ns, pod, d.container.as_str(), idx.as_str(), uuid.as_str()];
             let u = &s.used[i];
-            hami.used.with_label_values(&l).set(u.total as f64);
-            hami.limit.with_label_values(&l).set(s.limit[i] as f64);
-            hami.device_memory.with_label_values(&l).set(u.total as f64);
-            hami.utilization.with_label_values(&l).set(u.sm_util as f64);
-            hami.context.with_label_values(&l).set(u.context as f64);
-            hami.module.with_label_values(&l).set(u.module as f64);
-            hami.buffer.with_label_values(&l).set(u.data as f64);
+            hami.used.add(&l, u.total as f64);
+            hami.limit.add(&l, s.limit[i] as f64);
+            hami.device_memory.add(&l, u.total as f64);
+            hami.utilization.add(&l, u.sm_util as f64);
+            hami.context.add(&l, u.context as f64);
+            hami.module.add(&l, u.module as f64);
+            hami.buffer.add(&l, u.data as f64);
             let lkt = s.last_kernel_time as i64;
             let elapsed = (lkt > 0).then(|| (now - lkt).max(0) as f64);
             if let Some(e) = elapsed {
-                hami.last_kernel.with_label_values(&l).set(e);
+                hami.last_kernel.add(&l, e);
             }
-            if let Some([used, limit, mem, util, last]) = &hami.legacy {
-                used.with_label_values(&l).set(u.total as f64);
-                limit.with_label_values(&l).set(s.limit[i] as f64);
+            if let Some([used, limit, mem, util, last]) = &mut hami.legacy {
+                used.add(&l, u.total as f64);
+                limit.add(&l, s.limit[i] as f64);
                 let offset = u.total.wrapping_sub(u.context).wrapping_sub(u.module).wrapping_sub(u.data);
                 let (c, m, dd, off) =
                     (u.context.to_string(), u.module.to_string(), u.data.to_string(), offset.to_string());
                 let mut ml = l.to_vec();
                 ml.extend([c.as_str(), m.as_str(), dd.as_str(), off.as_str()]);
-                mem.with_label_values(&ml).set(u.total as f64);
-                util.with_label_values(&l).set(u.sm_util as f64);
+                mem.add(&ml, u.total as f64);
+                util.add(&l, u.sm_util as f64);
                 if let Some(e) = elapsed {
-                    last.with_label_values(&l).set(e);
+                    last.add(&l, e);
                 }
             }
             if let Some(v) = sm_limits.get(i) {
-                own.sm_limit.with_label_values(&l).set(*v as f64);
+                own.sm_limit.add(&l, *v as f64);
             }
             if let Some(e) = ext {
                 let lim = &e.limiter[i];
                 let stamp = lim.share_stamp_ns.load(Ordering::Relaxed);
                 if stamp != 0 && mono >= stamp && mono - stamp <= SHARE_FRESH_NS {
-                    own.share.with_label_values(&l).set(lim.share_ppm.load(Ordering::Relaxed) as f64 / 1e6);
+                    own.share.add(&l, lim.share_ppm.load(Ordering::Relaxed) as f64 / 1e6);
                 }
             }
             if let Some(c) = ctrs.as_ref().and_then(|c| c.devices.get(i)) {
-                own.refusals.with_label_values(&l).inc_by(c.refusals as f64);
-                own.refused_bytes.with_label_values(&l).inc_by(c.refused_bytes as f64);
-                own.throttled.with_label_values(&l).inc_by(c.throttled_ns as f64 / 1e9);
-                own.throttled_launches.with_label_values(&l).inc_by(c.throttled_launches as f64);
-                own.blocked.with_label_values(&l).inc_by(c.blocked_ns as f64 / 1e9);
+                own.refusals.add(&l, c.refusals as f64);
+                own.refused_bytes.add(&l, c.refused_bytes as f64);
+                own.throttled.add(&l, c.throttled_ns as f64 / 1e9);
+                own.throttled_launches.add(&l, c.throttled_launches as f64);
+                own.blocked.add(&l, c.blocked_ns as f64 / 1e9);
             }
         }
     }
-    agent_families(&f, agent, pods.is_some());
+    let mut families = Vec::new();
+    hami.into_families(&mut families);
+    own.into_families(&mut families);
+    agent_families(&mut families, agent, pods.is_some());
+    families.retain(|f| !f.get_metric().is_empty());
+    families.sort_by(|a, b| a.name().cmp(b.name()));
     let mut out = Vec::new();
-    let _ = TextEncoder::new().encode(&f.reg.gather(), &mut out);
+    let _ = TextEncoder::new().encode(&families, &mut out);
     String::from_utf8(out).unwrap_or_default()
 }
 
@@ -292,35 +379,35 @@ fn read_sm_limits(o: &Opened) -> Vec<u64> {
     b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-fn agent_families(f: &Families, agent: &Agent, have_pods: bool) {
+fn agent_families(out: &mut Vec<MetricFamily>, agent: &Agent, have_pods: bool) {
     let st = agent.stats.lock().unwrap_or_else(|p| p.into_inner());
     let up = agent.pods.lock().unwrap_or_else(|p| p.into_inner()).up;
-    f.counter("vgpu_agent_feedback_passes_total", "Passes of the feedback loop (discovery, GC, stores)", &[])
-        .with_label_values::<&str>(&[])
-        .inc_by(st.passes as f64);
-    let stores =
-        f.counter("vgpu_agent_feedback_stores_total", "Control words written by the feedback loop", &["field"]);
+    let mut passes =
+        Fam::counter("vgpu_agent_feedback_passes_total", "Passes of the feedback loop (discovery, GC, stores)", &[]);
+    passes.add(&[], st.passes as f64);
+    let mut stores =
+        Fam::counter("vgpu_agent_feedback_stores_total", "Control words written by the feedback loop", &["field"]);
     for fld in [Field::RecentKernel, Field::UtilizationSwitch] {
-        stores.with_label_values(&[fld.label()]).inc_by(*st.stores.get(&fld).unwrap_or(&0) as f64);
+        stores.add(&[fld.label()], *st.stores.get(&fld).unwrap_or(&0) as f64);
     }
-    let skips = f.counter(
+    let mut skips = Fam::counter(
         "vgpu_agent_region_skips_total",
         "Region files skipped (by feedback passes and scrapes), by reason",
         &["reason"],
     );
     for r in SkipReason::ALL {
-        skips.with_label_values(&[r.label()]).inc_by(*st.skips.get(&r).unwrap_or(&0) as f64);
+        skips.add(&[r.label()], *st.skips.get(&r).unwrap_or(&0) as f64);
     }
-    f.counter("vgpu_agent_removed_directories_total", "Container directories of deleted pods removed", &[])
-        .with_label_values::<&str>(&[])
-        .inc_by(st.removed_dirs as f64);
-    f.counter("vgpu_agent_pod_list_errors_total", "Failed pod lists from the API server", &[])
-        .with_label_values::<&str>(&[])
-        .inc_by(st.pod_list_errors as f64);
-    let g = f.gauge(
+    let mut removed =
+        Fam::counter("vgpu_agent_removed_directories_total", "Container directories of deleted pods removed", &[]);
+    removed.add(&[], st.removed_dirs as f64);
+    let mut errors = Fam::counter("vgpu_agent_pod_list_errors_total", "Failed pod lists from the API server", &[]);
+    errors.add(&[], st.pod_list_errors as f64);
+    let mut known = Fam::gauge(
         "vgpu_agent_pod_names_known",
         "1 while the last pod list of this node succeeded (pod names are shown), else 0",
         &[],
     );
-    g.with_label_values::<&str>(&[]).set(if up && have_pods { 1.0 } else { 0.0 });
+    known.add(&[], if up && have_pods { 1.0 } else { 0.0 });
+    out.extend([passes, stores, skips, removed, errors, known].map(|f| f.family));
 }

@@ -113,6 +113,8 @@ pub enum Access {
 pub struct RegionFd {
     file: File,
     size: u64,
+    /// `(st_dev, st_ino)` of the opened file.
+    identity: (u64, u64),
 }
 
 fn fstat_fd(fd: libc::c_int) -> std::io::Result<libc::stat> {
@@ -185,7 +187,7 @@ pub fn open(path: &Path, access: Access) -> Result<RegionFd, Skip> {
     let file = unsafe { File::from_raw_fd(fd) };
     let st = fstat_fd(fd).map_err(|e| open_error("stat", e))?;
     check_regular(&st)?;
-    Ok(RegionFd { file, size: st.st_size.max(0) as u64 })
+    Ok(RegionFd { file, size: st.st_size.max(0) as u64, identity: (st.st_dev, st.st_ino) })
 }
 
 /// The layout a file was recognised as (docs/hami-contract.md §4.1).
@@ -301,6 +303,11 @@ impl RegionFd {
     /// Size seen by `fstat` at open.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// `(st_dev, st_ino)`: the same file when opened again (not a replacement).
+    pub fn identity(&self) -> (u64, u64) {
+        self.identity
     }
 
     /// `pread` until `buf` is full or end of file; returns the bytes read.
@@ -446,14 +453,15 @@ pub enum Depth {
 /// Reads `layout`'s fields of an opened file into a [`Summary`]; `scratch` is reused between files.
 pub fn summarise(fd: &RegionFd, layout: &Layout, depth: Depth, scratch: &mut Vec<u8>) -> Result<Summary, Skip> {
     let l = layout;
-    let mut head = vec![0u8; l.procs];
-    fd.read_exact_at(0, &mut head)?;
+    let mut head = [0u8; 1856];
+    let head = &mut head[..l.procs];
+    fd.read_exact_at(0, head)?;
     let tail_len = if l.last_kernel_time.is_some() { 24 } else { 16 };
     let mut tail = [0u8; 24];
     fd.read_exact_at(l.tail() as u64, &mut tail[..tail_len])?;
     let mut s = Summary {
         v0: l.version == Version::V0,
-        device_num: u64_at(&head, l.device_num),
+        device_num: u64_at(head, l.device_num),
         proc_num: i32_at(&tail, 0),
         utilization_switch: i32_at(&tail, 4),
         recent_kernel: i32_at(&tail, 8),
@@ -464,7 +472,7 @@ pub fn summarise(fd: &RegionFd, layout: &Layout, depth: Depth, scratch: &mut Vec
     for d in 0..MAX_DEVICES {
         let o = l.uuids + UUID_LEN * d;
         s.uuids.push(head[o..o + UUID_LEN].try_into().unwrap());
-        s.limit[d] = u64_at(&head, l.limit + 8 * d);
+        s.limit[d] = u64_at(head, l.limit + 8 * d);
     }
     if depth == Depth::Control {
         return Ok(s);
