@@ -580,6 +580,50 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A legacy v0 file (as HAMi-core 2024-04 wrote it) is recognised, summed at its own offsets,
+    /// and its control words are where the monitor writes them.
+    #[test]
+    fn v0_region_is_read_at_its_offsets() {
+        let l = V0_LAYOUT;
+        let mut b = vec![0u8; V0_REGION_SIZE];
+        b[0..4].copy_from_slice(&REGION_MAGIC.to_le_bytes());
+        b[l.device_num..l.device_num + 8].copy_from_slice(&2u64.to_le_bytes());
+        b[l.uuids + UUID_LEN..l.uuids + UUID_LEN + 5].copy_from_slice(b"GPU-1");
+        b[l.limit + 8..l.limit + 16].copy_from_slice(&(1u64 << 30).to_le_bytes());
+        for (k, status) in [1i32, 0, 2].iter().enumerate() {
+            let slot = l.slot(k);
+            let m = slot + l.used + l.mem_size;
+            b[m..m + 8].copy_from_slice(&10u64.to_le_bytes()); // context
+            b[m + 16..m + 24].copy_from_slice(&20u64.to_le_bytes()); // data
+            b[m + 32..m + 40].copy_from_slice(&35u64.to_le_bytes()); // total
+            let u = slot + l.util + l.util_size + 16;
+            b[u..u + 8].copy_from_slice(&7u64.to_le_bytes());
+            b[slot + l.status..slot + l.status + 4].copy_from_slice(&status.to_le_bytes());
+        }
+        b[l.proc_num..l.proc_num + 4].copy_from_slice(&3i32.to_le_bytes());
+        b[l.recent_kernel..l.recent_kernel + 4].copy_from_slice(&2i32.to_le_bytes());
+        b[l.priority..l.priority + 4].copy_from_slice(&5i32.to_le_bytes());
+        let d = tmp("v0");
+        let p = d.join("v0.cache");
+        std::fs::write(&p, &b).unwrap();
+        let fd = open(&p, Access::ReadWrite).unwrap();
+        let layout = fd.layout().unwrap();
+        assert_eq!(layout.version, Version::V0);
+        let s = summarise(&fd, &layout, Depth::Usage, &mut Vec::new()).unwrap();
+        assert!(s.v0);
+        assert_eq!((s.device_num, s.processes, s.priority, s.recent_kernel), (2, 2, 5, 2));
+        assert_eq!(s.uuid_label(1).as_deref(), Some("GPU-1"));
+        assert_eq!(s.uuid_label(0), None);
+        assert_eq!(s.limit[1], 1 << 30);
+        assert_eq!(s.used[1], DeviceSums { total: 70, context: 20, module: 0, data: 40, offset: 0, sm_util: 14 });
+        assert_eq!(s.last_kernel_time, 0);
+        fd.store_i32(l.recent_kernel as u64, -1).unwrap();
+        let after = std::fs::read(&p).unwrap();
+        assert_eq!(&after[l.recent_kernel..l.recent_kernel + 4], &(-1i32).to_le_bytes());
+        assert_eq!(after.len(), b.len());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn store_refuses_a_truncated_file_and_never_grows_it() {
         let d = tmp("trunc");
