@@ -482,7 +482,7 @@ fn gc_only_when_the_api_confirms_the_pod_is_gone() {
 #[test]
 fn hostile_files_are_skipped_with_a_reason() {
     let sb = Sandbox::new("agent-hostile");
-    let names = ["p1_fifo", "p2_link", "p3_linkreg", "p4_foreign", "p5_short", "p6_many", "p7_trunc", "p8_ok"];
+    let names = ["p1_fifo", "p2_link", "p3_linkreg", "p4_foreign", "p5_short", "p6_many", "p7_trunc", "p8_ok", "p9_ro"];
     let hook = hook_tree(&sb, &names);
     let c = hook.join("containers");
     let mkfifo = |p: &Path| {
@@ -512,6 +512,12 @@ fn hostile_files_are_skipped_with_a_reason() {
     for p in [&trunc, &ok, &c.join("p4_foreign/a.cache"), &c.join("p5_short/a.cache")] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).unwrap();
     }
+    // Readable but not writable by the agent (another GPU, so it steers nobody here).
+    let ro = c.join("p9_ro/a.cache");
+    let mut ro_bytes = c_region(0, 0, 2);
+    ro_bytes[64 + GPU_UUID.len() - 1] = b'9';
+    std::fs::write(&ro, &ro_bytes).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();
     let port = free_port();
     let mut agent = spawn_agent(&sb, &hook, port, &[], &["--feedback-interval", "20ms"]);
     let stop = AtomicBool::new(false);
@@ -561,8 +567,13 @@ fn hostile_files_are_skipped_with_a_reason() {
     assert_eq!(std::fs::metadata(&trunc).unwrap().len(), 100);
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::metadata(&out_fifo).unwrap().file_type().is_fifo());
+    // The read-only region: reported, counted as permission_denied for the feedback, untouched.
+    assert!(sample(&text, "hami_vgpu_memory_limit_bytes", &["pod=\"p9\""]).is_some(), "{text}");
+    assert!(sample(&text, "vgpu_agent_region_skips_total", &["reason=\"permission_denied\""]).unwrap() >= 1.0);
+    assert_eq!(std::fs::read(&ro).unwrap(), ro_bytes);
     let err = agent.stderr();
     assert_eq!(err.matches("p4_foreign: region skipped").count(), 1, "said once: {err}");
+    assert_eq!(err.matches("p9_ro (write): region skipped").count(), 1, "said once: {err}");
     agent.kill();
 }
 

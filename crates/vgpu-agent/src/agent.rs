@@ -46,6 +46,15 @@ pub struct Opened {
     pub summary: noderegion::Summary,
 }
 
+/// "Said once" key of a directory's region problem; writing has its own (a file may be readable
+/// but not writable: the scrape's success must not clear the feedback's warning).
+fn log_key(dir: &Dir, access: Access) -> String {
+    match access {
+        Access::Read => format!("dir {}", dir.name),
+        Access::ReadWrite => format!("dir {} (write)", dir.name),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -92,7 +101,7 @@ impl Agent {
             Found::Region(p) => p,
             Found::Nothing => return Ok(None),
             Found::Unusable(s) => {
-                self.note_skip(dir, &s);
+                self.note_skip(dir, &s, access);
                 return Err(s);
             }
         };
@@ -103,7 +112,7 @@ impl Agent {
         });
         match r {
             Ok(o) => {
-                log::once(&format!("dir {}", dir.name), None);
+                log::once(&log_key(dir, access), None);
                 Ok(Some(o))
             }
             Err(s) => {
@@ -112,15 +121,15 @@ impl Agent {
                 if s.reason == SkipReason::Missing {
                     return Ok(None);
                 }
-                self.note_skip(dir, &s);
+                self.note_skip(dir, &s, access);
                 Err(s)
             }
         }
     }
 
-    fn note_skip(&self, dir: &Dir, s: &Skip) {
+    fn note_skip(&self, dir: &Dir, s: &Skip, access: Access) {
         self.count_skip(s.reason);
-        log::once(&format!("dir {}", dir.name), Some(&format!("region skipped: {}", s.detail)));
+        log::once(&log_key(dir, access), Some(&format!("region skipped: {}", s.detail)));
     }
 
     /// One tick: GC of dead pods' directories, then (unless disabled) the feedback stores.
@@ -140,7 +149,14 @@ impl Agent {
         let mut read = Vec::new();
         let mut controls = Vec::new();
         for d in dirs {
-            if let Ok(Some(o)) = self.open(d, Access::ReadWrite, Depth::Control, scratch) {
+            let o = match self.open(d, Access::ReadWrite, Depth::Control, scratch) {
+                // Not writable by us: it still counts in the census (its stores will be refused).
+                Err(s) if s.reason == SkipReason::PermissionDenied => {
+                    self.open(d, Access::Read, Depth::Control, scratch).ok().flatten()
+                }
+                r => r.ok().flatten(),
+            };
+            if let Some(o) = o {
                 let s = o.summary;
                 controls.push(Control {
                     priority: s.priority,
@@ -162,12 +178,16 @@ impl Agent {
             let fd = match noderegion::open(path, Access::ReadWrite) {
                 Ok(fd) if fd.identity() == *identity => fd,
                 Ok(_) => {
-                    self.note_skip(d, &Skip::new(SkipReason::Missing, "replaced since read: not written"));
+                    self.note_skip(
+                        d,
+                        &Skip::new(SkipReason::Missing, "replaced since read: not written"),
+                        Access::ReadWrite,
+                    );
                     i += n;
                     continue;
                 }
                 Err(s) => {
-                    self.note_skip(d, &s);
+                    self.note_skip(d, &s, Access::ReadWrite);
                     i += n;
                     continue;
                 }
@@ -182,7 +202,7 @@ impl Agent {
                         *lock(&self.stats).stores.entry(st.field).or_insert(0) += 1;
                         log::info(5, &format!("{}: {} = {}", d.name, st.field.label(), st.value));
                     }
-                    Err(s) => self.note_skip(d, &s),
+                    Err(s) => self.note_skip(d, &s, Access::ReadWrite),
                 }
             }
             i += n;
