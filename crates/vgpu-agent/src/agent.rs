@@ -6,7 +6,7 @@ use crate::kube::Pod;
 use crate::log;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use vgpu_core::noderegion::{self, Access, Depth, Layout, RegionFd, Skip, SkipReason};
 
@@ -14,7 +14,7 @@ use vgpu_core::noderegion::{self, Access, Depth, Layout, RegionFd, Skip, SkipRea
 #[derive(Default)]
 pub struct PodState {
     /// Pods by UID from the last successful list, and when it was taken.
-    pub pods: Option<(HashMap<String, Pod>, SystemTime)>,
+    pub pods: Option<(Arc<HashMap<String, Pod>>, SystemTime)>,
     /// The last attempt succeeded.
     pub up: bool,
 }
@@ -34,15 +34,26 @@ pub struct Agent {
     pub resync: Duration,
     pub feedback: bool,
     pub discovery: Mutex<Discovery>,
+    /// Open region files by directory name.
+    files: Mutex<HashMap<String, Arc<RegionFile>>>,
+    /// At most this many descriptors are kept (below RLIMIT_NOFILE); beyond, files are opened per use.
+    max_cached: usize,
     pub pods: Mutex<PodState>,
     pub stats: Mutex<Stats>,
 }
 
-/// One container's region, opened and summarised.
-pub struct Opened {
-    pub path: PathBuf,
+/// A region file kept open between passes (one descriptor per container, closed when its
+/// directory goes or the file is replaced).
+pub struct RegionFile {
     pub fd: RegionFd,
     pub layout: Layout,
+    /// Opened for writing (the feedback's stores).
+    pub writable: bool,
+}
+
+/// One container's region, read.
+pub struct Opened {
+    pub file: Arc<RegionFile>,
     pub summary: noderegion::Summary,
 }
 
@@ -55,6 +66,24 @@ fn log_key(dir: &Dir, access: Access) -> String {
     }
 }
 
+/// Descriptors the agent may keep: the soft RLIMIT_NOFILE raised to the hard limit, less a reserve
+/// for the server, the API client and the per-use opens.
+fn descriptor_budget() -> usize {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 512;
+    }
+    if rl.rlim_cur < rl.rlim_max {
+        let raised = libc::rlimit { rlim_cur: rl.rlim_max, rlim_max: rl.rlim_max };
+        // SAFETY: valid pointer; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            rl.rlim_cur = rl.rlim_max;
+        }
+    }
+    (rl.rlim_cur.min(1 << 20) as usize).saturating_sub(128)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -63,6 +92,8 @@ impl Agent {
     pub fn new(hook_path: PathBuf, resync: Duration, feedback: bool) -> Agent {
         Agent {
             discovery: Mutex::new(Discovery::new(&hook_path)),
+            files: Mutex::new(HashMap::new()),
+            max_cached: descriptor_budget(),
             hook_path,
             resync,
             feedback,
@@ -81,6 +112,8 @@ impl Agent {
         match d.dirs() {
             Ok(v) => {
                 log::once("containers", None);
+                let live: std::collections::HashSet<&str> = v.iter().map(|d| d.name.as_str()).collect();
+                lock(&self.files).retain(|k, _| live.contains(k.as_str()));
                 v
             }
             Err(e) => {
@@ -93,30 +126,40 @@ impl Agent {
         }
     }
 
-    /// Opens and reads one directory's region; a file that cannot be used is counted and
-    /// logged once (per directory and reason), and `Err` carries the reason.
+    /// Reads one directory's region (through its cached descriptor, else opened now); a file
+    /// that cannot be used is counted and logged once (per directory and reason), and `Err`
+    /// carries the reason. `access` only selects the "said once" key: the descriptor is opened
+    /// for writing whenever the feedback is on and the file lets us.
     pub fn open(&self, dir: &Dir, access: Access, depth: Depth, scratch: &mut Vec<u8>) -> Result<Option<Opened>, Skip> {
-        let found = lock(&self.discovery).region_of(dir);
-        let path = match found {
-            Found::Region(p) => p,
-            Found::Nothing => return Ok(None),
-            Found::Unusable(s) => {
-                self.note_skip(dir, &s, access);
-                return Err(s);
+        let r = match self.cached(dir) {
+            Some(file) => Ok(file),
+            None => {
+                let found = lock(&self.discovery).region_of(dir);
+                match found {
+                    Found::Region(p) => self.open_file(dir, p),
+                    Found::Nothing => return Ok(None),
+                    Found::Unusable(s) => {
+                        self.note_skip(dir, &s, access);
+                        return Err(s);
+                    }
+                }
             }
         };
-        let r = noderegion::open(&path, access).and_then(|fd| {
-            let layout = fd.layout()?;
-            let summary = noderegion::summarise(&fd, &layout, depth, scratch)?;
-            Ok(Opened { path: path.clone(), fd, layout, summary })
+        let r = r.and_then(|file| {
+            let summary = noderegion::summarise(&file.fd, &file.layout, depth, scratch)?;
+            Ok(Opened { file, summary })
         });
         match r {
             Ok(o) => {
-                log::once(&log_key(dir, access), None);
+                // A read-only file keeps its write warning (its stores keep failing).
+                if access == Access::Read || o.file.writable {
+                    log::once(&log_key(dir, access), None);
+                }
                 Ok(Some(o))
             }
             Err(s) => {
                 // Look for the file again next time (replaced, removed, …).
+                lock(&self.files).remove(&dir.name);
                 lock(&self.discovery).forget(dir);
                 if s.reason == SkipReason::Missing {
                     return Ok(None);
@@ -125,6 +168,40 @@ impl Agent {
                 Err(s)
             }
         }
+    }
+
+    /// The cached descriptor of `dir`'s region while it is still the file in place (not unlinked
+    /// or replaced: a replacement leaves our inode with no links).
+    fn cached(&self, dir: &Dir) -> Option<Arc<RegionFile>> {
+        let f = lock(&self.files).get(&dir.name).cloned()?;
+        match f.fd.links() {
+            Ok(n) if n > 0 => Some(f),
+            _ => {
+                lock(&self.files).remove(&dir.name);
+                lock(&self.discovery).forget(dir);
+                None
+            }
+        }
+    }
+
+    fn open_file(&self, dir: &Dir, path: PathBuf) -> Result<Arc<RegionFile>, Skip> {
+        let (fd, writable) = if self.feedback {
+            match noderegion::open(&path, Access::ReadWrite) {
+                Ok(fd) => (fd, true),
+                // Readable only: it still counts in the census; its stores are refused.
+                Err(s) if s.reason == SkipReason::PermissionDenied => (noderegion::open(&path, Access::Read)?, false),
+                Err(s) => return Err(s),
+            }
+        } else {
+            (noderegion::open(&path, Access::Read)?, false)
+        };
+        let layout = fd.layout()?;
+        let file = Arc::new(RegionFile { fd, layout, writable });
+        let mut files = lock(&self.files);
+        if files.len() < self.max_cached {
+            files.insert(dir.name.clone(), file.clone());
+        }
+        Ok(file)
     }
 
     fn note_skip(&self, dir: &Dir, s: &Skip, access: Access) {
@@ -142,21 +219,12 @@ impl Agent {
         lock(&self.stats).passes += 1;
     }
 
-    /// Reads every container's control words (each file closed again: no descriptor is held per
-    /// container), decides, then re-opens only the files that get a store, checking they are still
-    /// the files read.
+    /// Reads every container's control words, decides, and stores through the same descriptors.
     fn feedback_pass(&self, dirs: &[Dir], scratch: &mut Vec<u8>) {
         let mut read = Vec::new();
         let mut controls = Vec::new();
         for d in dirs {
-            let o = match self.open(d, Access::ReadWrite, Depth::Control, scratch) {
-                // Not writable by us: it still counts in the census (its stores will be refused).
-                Err(s) if s.reason == SkipReason::PermissionDenied => {
-                    self.open(d, Access::Read, Depth::Control, scratch).ok().flatten()
-                }
-                r => r.ok().flatten(),
-            };
-            if let Some(o) = o {
+            if let Ok(Some(o)) = self.open(d, Access::ReadWrite, Depth::Control, scratch) {
                 let s = o.summary;
                 controls.push(Control {
                     priority: s.priority,
@@ -164,48 +232,27 @@ impl Agent {
                     utilization_switch: s.utilization_switch,
                     uuids: s.uuids,
                 });
-                read.push((d, o.path, o.fd.identity(), o.layout));
+                read.push((d, o.file));
             }
         }
-        let mut stores = feedback::observe(&mut controls);
-        // One open per container written; a container's stores keep their order (stable sort).
-        stores.sort_by_key(|s| s.container);
-        let mut i = 0;
-        while i < stores.len() {
-            let k = stores[i].container;
-            let n = stores[i..].iter().take_while(|s| s.container == k).count();
-            let (d, path, identity, layout) = &read[k];
-            let fd = match noderegion::open(path, Access::ReadWrite) {
-                Ok(fd) if fd.identity() == *identity => fd,
-                Ok(_) => {
-                    self.note_skip(
-                        d,
-                        &Skip::new(SkipReason::Missing, "replaced since read: not written"),
-                        Access::ReadWrite,
-                    );
-                    i += n;
-                    continue;
-                }
-                Err(s) => {
-                    self.note_skip(d, &s, Access::ReadWrite);
-                    i += n;
-                    continue;
-                }
+        for st in feedback::observe(&mut controls) {
+            let (d, file) = &read[st.container];
+            let off = match st.field {
+                Field::RecentKernel => file.layout.recent_kernel,
+                Field::UtilizationSwitch => file.layout.utilization_switch,
             };
-            for st in &stores[i..i + n] {
-                let off = match st.field {
-                    Field::RecentKernel => layout.recent_kernel,
-                    Field::UtilizationSwitch => layout.utilization_switch,
-                };
-                match fd.store_i32(off as u64, st.value) {
-                    Ok(()) => {
-                        *lock(&self.stats).stores.entry(st.field).or_insert(0) += 1;
-                        log::info(5, &format!("{}: {} = {}", d.name, st.field.label(), st.value));
-                    }
-                    Err(s) => self.note_skip(d, &s, Access::ReadWrite),
+            let r = if file.writable {
+                file.fd.store_i32(off as u64, st.value)
+            } else {
+                Err(Skip::new(SkipReason::PermissionDenied, "permission denied: not writable by the agent"))
+            };
+            match r {
+                Ok(()) => {
+                    *lock(&self.stats).stores.entry(st.field).or_insert(0) += 1;
+                    log::info(5, &format!("{}: {} = {}", d.name, st.field.label(), st.value));
                 }
+                Err(s) => self.note_skip(d, &s, Access::ReadWrite),
             }
-            i += n;
         }
     }
 

@@ -145,7 +145,7 @@ fn poll_pods(agent: Arc<agent::Agent>, node: String, every: Duration) {
         match r {
             Ok(pods) => {
                 log::info(4, &format!("{} pods on {node}", pods.len()));
-                st.pods = Some((pods, std::time::SystemTime::now()));
+                st.pods = Some((Arc::new(pods), std::time::SystemTime::now()));
                 st.up = true;
                 drop(st);
                 log::once("api", None);

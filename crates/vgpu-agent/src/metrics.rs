@@ -10,7 +10,7 @@ use crate::agent::{Agent, Opened};
 use crate::feedback::Field;
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use vgpu_core::counters;
 use vgpu_core::noderegion::{Access, Depth, SkipReason, Version};
 use vgpu_core::region::{EXT_MAGIC, EXT_OFFSET, EXT_SIZE, EXT_VERSION, FILE_SIZE, MAX_DEVICES, RegionExt};
@@ -241,13 +241,13 @@ impl OwnFamilies {
 
 /// Our extension block of a v1 region made by libvgpu, if present.
 fn read_ext(o: &Opened) -> Option<Box<[u64; EXT_SIZE / 8]>> {
-    if o.layout.version != Version::V1 || o.fd.size() < FILE_SIZE as u64 {
+    if o.file.layout.version != Version::V1 || o.file.fd.size() < FILE_SIZE as u64 {
         return None;
     }
     let mut b = Box::new([0u64; EXT_SIZE / 8]);
     // SAFETY: u64 storage viewed as bytes.
     let bytes = unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<u8>(), EXT_SIZE) };
-    o.fd.read_exact_at(EXT_OFFSET as u64, bytes).ok()?;
+    o.file.fd.read_exact_at(EXT_OFFSET as u64, bytes).ok()?;
     Some(b)
 }
 
@@ -362,18 +362,21 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
     agent_families(&mut families, agent, pods.is_some());
     families.retain(|f| !f.get_metric().is_empty());
     families.sort_by(|a, b| a.name().cmp(b.name()));
-    let mut out = Vec::new();
+    // Sized from the last scrape: one allocation, no regrowth copies of a multi-MB buffer.
+    static LAST_LEN: AtomicUsize = AtomicUsize::new(64 << 10);
+    let mut out = Vec::with_capacity(LAST_LEN.load(Ordering::Relaxed) + (16 << 10));
     let _ = TextEncoder::new().encode(&families, &mut out);
+    LAST_LEN.store(out.len(), Ordering::Relaxed);
     String::from_utf8(out).unwrap_or_default()
 }
 
 /// `sm_limit[d]` of a v1 region (v0 has it at a layout offset the monitor never reads).
 fn read_sm_limits(o: &Opened) -> Vec<u64> {
-    if o.layout.version != Version::V1 {
+    if o.file.layout.version != Version::V1 {
         return Vec::new();
     }
     let mut b = [0u8; 8 * MAX_DEVICES];
-    if o.fd.read_exact_at(1728, &mut b).is_err() {
+    if o.file.fd.read_exact_at(1728, &mut b).is_err() {
         return Vec::new();
     }
     b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()

@@ -344,6 +344,12 @@ impl RegionFd {
         classify(&head[..n], self.size)
     }
 
+    /// Hard links of the opened file now (0: unlinked or replaced by a rename since it was opened).
+    pub fn links(&self) -> Result<u64, Skip> {
+        let st = fstat_fd(self.file.as_raw_fd()).map_err(|e| Skip::new(SkipReason::Io, format!("cannot stat: {e}")))?;
+        Ok(st.st_nlink as u64)
+    }
+
     /// Current size by `fstat` (a truncation since open shows here).
     pub fn current_size(&self) -> Result<u64, Skip> {
         let st = fstat_fd(self.file.as_raw_fd()).map_err(|e| Skip::new(SkipReason::Io, format!("cannot stat: {e}")))?;
