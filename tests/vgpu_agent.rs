@@ -253,7 +253,7 @@ fn unix_now() -> u64 {
 }
 
 /// Holds `mib` in a shimmed client writing `region` until `go` exists; returns when it is ready.
-fn holder<'a>(sb: &'a Sandbox, region: &Path, limit: &str, mib: u64, tag: &str) -> (Spawned, PathBuf) {
+fn holder(sb: &Sandbox, region: &Path, limit: &str, mib: u64, tag: &str) -> (Spawned, PathBuf) {
     let ready = sb.dir.join(format!("ready.{tag}"));
     let go = sb.dir.join(format!("go.{tag}"));
     let s = sb
