@@ -275,6 +275,7 @@ fn holder(sb: &Sandbox, region: &Path, limit: &str, mib: u64, tag: &str) -> (Spa
 /// agent runs as 65534 with no NVML mapped.
 #[test]
 fn metrics_match_the_regions_with_names_from_the_api() {
+    agent_bin(); // built before the holders start waiting
     let sb = Sandbox::new("agent-metrics");
     let hook = hook_tree(&sb, &["uid-a_main", "uid-b_side", "uid-c_main"]);
     let c = hook.join("containers");
@@ -282,6 +283,26 @@ fn metrics_match_the_regions_with_names_from_the_api() {
     std::fs::write(&rc, c_region(unix_now() - 7, 1, 0)).unwrap();
     let (mut ha, go_a) = holder(&sb, &ra, "1g", 100, "a");
     let (mut hb, go_b) = holder(&sb, &rb, "2g", 300, "b");
+    // Host GPU samples published beside the regions: the freshest per GPU wins, a stale one
+    // (another GPU, a minute old) is not reported.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let stale_gpu = "GPU-11111111-0000-4000-8000-000000000000";
+    std::fs::write(
+        c.join("uid-a_main/host-gpu.samples"),
+        format!("v1 {} {GPU_UUID} 0 {} {} 37 H100 80GB HBM3\n", now_ms - 1000, 5u64 << 30, 80u64 << 30),
+    )
+    .unwrap();
+    std::fs::write(
+        c.join("uid-b_side/host-gpu.samples"),
+        format!(
+            "v1 {} {GPU_UUID} 0 {} {} 90 H100 80GB HBM3\nv1 {} {stale_gpu} 1 1 2 3 H100\n",
+            now_ms - 5000,
+            7u64 << 30,
+            80u64 << 30,
+            now_ms - 60_000
+        ),
+    )
+    .unwrap();
     let api = FakeApi::start(&[("uid-a", "team", "train-0"), ("uid-c", "ops", "c-pod"), ("uid-z", "x", "other")]);
     let kc = api.kubeconfig(&sb.dir);
     let port = free_port();
@@ -293,9 +314,7 @@ fn metrics_match_the_regions_with_names_from_the_api() {
         &["--legacy-metrics", "--feedback-interval", "200ms", "--pod-list-interval", "200ms"],
     );
     wait_until("pod names", 20, || metrics(port).contains("namespace=\"team\""));
-    let text = metrics(port);
     let f = sb.dir.join("metrics.txt");
-    std::fs::write(&f, &text).unwrap();
     let expect = format!(
         r#"{{"legacy":true,"containers":[{{"region":"{}","namespace":"team","pod":"train-0","container":"main"}},{{"region":"{}","namespace":"","pod":"uid-b","container":"side"}},{{"region":"{}","namespace":"ops","pod":"c-pod","container":"main"}}]}}"#,
         ra.display(),
@@ -304,19 +323,38 @@ fn metrics_match_the_regions_with_names_from_the_api() {
     );
     let ef = sb.dir.join("expect.json");
     std::fs::write(&ef, expect).unwrap();
-    let o = Command::new(python()).arg(py_file("agent_check.py")).arg(&f).arg(&ef).output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "metrics disagree with the regions:\n{out}{}\n{text}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    // The regions are live (a library's watcher may update sm_util between the scrape and the
+    // independent read): a disagreement must persist over three scrapes to count.
+    let mut text = String::new();
+    let mut out = String::new();
+    for attempt in 0..3 {
+        text = metrics(port);
+        std::fs::write(&f, &text).unwrap();
+        let o = Command::new(python()).arg(py_file("agent_check.py")).arg(&f).arg(&ef).output().unwrap();
+        out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() {
+            break;
+        }
+        assert!(attempt < 2, "metrics disagree with the regions:\n{out}{}\n{text}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+    }
     assert_eq!(out.trim(), "checked=3", "{text}");
     // The shim's memory is what the holders hold (plus the context charge).
     let used_a = sample(&text, "hami_vgpu_memory_used_bytes", &["pod=\"train-0\""]).unwrap();
     assert!(used_a >= (100 * MIB) as f64, "{text}");
     assert_eq!(sample(&text, "vgpu_agent_pod_names_known", &[]), Some(1.0), "{text}");
     assert_eq!(sample(&text, "vgpu_processes", &["pod=\"c-pod\""]), Some(2.0), "{text}");
+    let host = ["device_index=\"0\"", "device_type=\"NVIDIA-H100 80GB HBM3\"", "node=\"node-1\"", "zone=\"vGPU\""];
+    let mut host_uuid = host.to_vec();
+    let uuid_label = format!("device_uuid=\"{GPU_UUID}\"");
+    host_uuid.push(&uuid_label);
+    assert_eq!(sample(&text, "hami_host_gpu_memory_used_bytes", &host_uuid), Some((5u64 << 30) as f64), "{text}");
+    assert_eq!(sample(&text, "hami_host_gpu_utilization_ratio", &host_uuid), Some(37.0), "{text}");
+    assert_eq!(
+        sample(&text, "HostGPUMemoryUsage", &[&format!("deviceuuid=\"{GPU_UUID}\"")]),
+        Some((5u64 << 30) as f64)
+    );
+    assert!(!text.contains(stale_gpu), "a stale sample is not reported: {text}");
     let reqs = api.requests.lock().unwrap().clone();
     assert!(reqs.iter().any(|r| r.starts_with("GET /api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1")), "{reqs:?}");
     // As nobody, with nothing of NVML or the driver mapped.
@@ -367,6 +405,7 @@ fn two_agents_do_no_harm() {
 }
 
 fn feedback_scenario(name: &str, agents: usize) {
+    agent_bin();
     let sb = Sandbox::new(name);
     let hook = hook_tree(&sb, &["uid-h_main", "uid-l_main"]);
     let c = hook.join("containers");

@@ -6,6 +6,7 @@
 mod agent;
 mod discover;
 mod feedback;
+mod hostgpu;
 mod kube;
 mod log;
 mod metrics;
@@ -190,10 +191,11 @@ fn main() {
     log::info(
         0,
         &format!(
-            "hook path {}, feedback {}, resync {:?}, host GPU metrics: none (no NVML used)",
+            "hook path {}, feedback {}, resync {:?}, host GPU metrics: from the tenants' {} side files (no NVML used)",
             agent.hook_path.display(),
             if a.feedback { format!("every {:?}", a.interval) } else { "off".into() },
-            resync
+            resync,
+            hostgpu::FILE_NAME
         ),
     );
     match node {

@@ -8,6 +8,7 @@
 
 use crate::agent::{Agent, Opened};
 use crate::feedback::Field;
+use crate::hostgpu;
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -256,6 +257,34 @@ fn as_ext(b: &[u64; EXT_SIZE / 8]) -> &RegionExt {
     unsafe { &*b.as_ptr().cast::<RegionExt>() }
 }
 
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+const HOST: [&str; 4] = ["node", "device_index", "device_uuid", "device_type"];
+const LEGACY_HOST: [&str; 4] = ["nodeid", "deviceidx", "deviceuuid", "devicetype"];
+
+/// The monitor's host GPU families, from the freshest tenant samples (hostgpu.rs); like the
+/// monitor, none without NODE_NAME.
+fn host_families(out: &mut Vec<MetricFamily>, host: hostgpu::Freshest, legacy: bool) {
+    let Some(node) = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()) else { return };
+    let mut used = Fam::gauge("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", &HOST);
+    let mut util = Fam::gauge("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", &HOST);
+    let mut lused = Fam::gauge("HostGPUMemoryUsage", "GPU device memory usage", &LEGACY_HOST);
+    let mut lutil = Fam::gauge("HostCoreUtilization", "GPU core utilization", &LEGACY_HOST);
+    for s in host.into_sorted() {
+        let (idx, ty) = (s.index.to_string(), format!("NVIDIA-{}", s.name));
+        let l = [node.as_str(), idx.as_str(), s.uuid.as_str(), ty.as_str()];
+        used.add(&l, s.used as f64);
+        util.add(&l, f64::from(s.util));
+        if legacy {
+            lused.add(&l, s.used as f64);
+            lutil.add(&l, f64::from(s.util));
+        }
+    }
+    out.extend([used, util, lused, lutil].map(|f| f.family));
+}
+
 fn now_unix() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
@@ -277,7 +306,12 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
     let pods = agent.pods.lock().unwrap_or_else(|p| p.into_inner()).pods.as_ref().map(|(m, _)| m.clone());
     let now = now_unix();
     let mono = monotonic_ns();
+    let now_ms = now_unix_ms();
+    let mut host = hostgpu::Freshest::default();
     for d in agent.dirs() {
+        for sample in hostgpu::read(&d.path) {
+            host.offer(sample, now_ms);
+        }
         let o = match agent.open(&d, Access::Read, Depth::Usage, scratch) {
             Ok(Some(o)) => o,
             Ok(None) => continue,
@@ -357,6 +391,7 @@ pub fn render(agent: &Agent, legacy: bool, scratch: &mut Vec<u8>) -> String {
         }
     }
     let mut families = Vec::new();
+    host_families(&mut families, host, legacy);
     hami.into_families(&mut families);
     own.into_families(&mut families);
     agent_families(&mut families, agent, pods.is_some());
