@@ -15,7 +15,8 @@
 # cargo-zigbuild --locked` if the wheel is unavailable).
 #
 # Output: target/release-floor/libvgpu.so, target/release-floor/vgpu-smi (the operator's CLI,
-# shipped beside the library, same floor), target/release-floor/FLOOR (the glibc floor actually
+# shipped beside the library, same floor), target/release-floor/vgpu-agent (the node agent that
+# replaces HAMi's vGPU monitor container, same floor, docs/agent.md), target/release-floor/FLOOR (the glibc floor actually
 # used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt,
 # target/release-floor/libvgpu-engine.so (a copy of the embedded engine, for inspection).
 #
@@ -106,7 +107,8 @@ check_so() {
     return "$bad"
 }
 
-# check_bin FILE FLOOR: an executable shipped beside the library (vgpu-smi): glibc floor and NEEDED.
+# check_bin FILE FLOOR: an executable shipped beside the library (vgpu-smi, vgpu-agent): glibc
+# floor and NEEDED (libc family only: no OpenSSL, no driver, no NVML).
 check_bin() {
     local bin=$1 floor=$2 bad=0 max needed
     [ -f "$bin" ] || die "no such file: $bin"
@@ -198,8 +200,8 @@ build_floor() {
     log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu --features engine"
     # LD_PRELOAD must not leak into the compiler.
     env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu --features engine
-    log "cargo zigbuild --release --target $TRIPLE.$floor -p vgpu-smi"
-    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p vgpu-smi
+    log "cargo zigbuild --release --target $TRIPLE.$floor -p vgpu-smi -p vgpu-agent"
+    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p vgpu-smi -p vgpu-agent
 }
 
 USED=$FLOOR
@@ -222,10 +224,12 @@ env -u LD_PRELOAD ci/stage1/build.sh "$ENGINE" "$OUT/libvgpu.so.tmp" \
     "$TOOLS/venv/bin/python" -m ziglang cc -target "x86_64-linux-gnu.$USED" ||
     die "first stage build failed"
 mv -f "$OUT/libvgpu.so.tmp" "$OUT/libvgpu.so"
-SMI=$TARGET_DIR/$TRIPLE/release/vgpu-smi
-[ -f "$SMI" ] || die "build produced no $SMI"
-cp -f "$SMI" "$OUT/vgpu-smi.tmp"
-mv -f "$OUT/vgpu-smi.tmp" "$OUT/vgpu-smi"
+for bin in vgpu-smi vgpu-agent; do
+    built=$TARGET_DIR/$TRIPLE/release/$bin
+    [ -f "$built" ] || die "build produced no $built"
+    cp -f "$built" "$OUT/$bin.tmp"
+    mv -f "$OUT/$bin.tmp" "$OUT/$bin"
+done
 echo "$USED" > "$OUT/FLOOR"
 objdump -T "$OUT/libvgpu.so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u > "$OUT/exports.txt"
 log "artifact: $OUT/libvgpu.so ($(stat -c %s "$OUT/libvgpu.so") bytes), glibc floor $USED"
@@ -235,6 +239,9 @@ if ! check_artifact "$OUT/libvgpu.so" "$USED"; then
 fi
 if ! check_bin "$OUT/vgpu-smi" "$USED"; then
     die "vgpu-smi artifact checks failed"
+fi
+if ! check_bin "$OUT/vgpu-agent" "$USED"; then
+    die "vgpu-agent artifact checks failed"
 fi
 if [ "$USED" != "$FLOOR" ]; then
     loud "release artifact built for glibc $USED, NOT $FLOOR (see the fallback message above)"

@@ -7,11 +7,13 @@
 #   target/venv-12  cuda-bindings 12.9.x (NVIDIA's driver-API bindings, `from cuda.bindings
 #                   import driver`) and nvidia-ml-py 12.x (`import pynvml`)
 #   target/venv-13  cuda-bindings 13.x and nvidia-ml-py 13.x
+#   both also get prometheus-client (`prometheus_client.parser`: the independent exposition parser
+#   of the agent tests)
 #
 # Safe to run concurrently (tests of several binaries call it): an flock serialises the install.
 # Environment: VGPU_VENV (default <repo>/target/venv-<major>), VGPU_CUDA_BINDINGS_SPEC (default
 # "cuda-bindings==12.9.*" / "cuda-bindings==13.*"), VGPU_NVML_SPEC (default "nvidia-ml-py<13" /
-# "nvidia-ml-py==13.*").
+# "nvidia-ml-py==13.*"), VGPU_PROM_SPEC (default "prometheus-client").
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +35,7 @@ esac
 VENV=${VGPU_VENV:-$ROOT/target/venv-$MAJOR}
 CB_SPEC=${VGPU_CUDA_BINDINGS_SPEC:-$CB_DEFAULT}
 NVML_SPEC=${VGPU_NVML_SPEC:-$NVML_DEFAULT}
+PROM_SPEC=${VGPU_PROM_SPEC:-prometheus-client}
 PY=$VENV/bin/python
 
 log() { printf '[venv-%s] %s\n' "$MAJOR" "$*" >&2; }
@@ -45,6 +48,7 @@ import importlib.metadata as md
 import os
 from cuda.bindings import driver  # noqa: F401
 import pynvml  # noqa: F401
+from prometheus_client.parser import text_string_to_metric_families  # noqa: F401
 v = md.version("cuda-bindings")
 assert v.startswith(os.environ["VGPU_MAJOR"] + "."), v
 EOF
@@ -62,10 +66,10 @@ if ! probe; then
             exit 1
         }
     fi
-    log "pip install '$CB_SPEC' '$NVML_SPEC'"
-    env -u LD_PRELOAD "$PY" -m pip install -q --disable-pip-version-check "$CB_SPEC" "$NVML_SPEC" >&2
+    log "pip install '$CB_SPEC' '$NVML_SPEC' '$PROM_SPEC'"
+    env -u LD_PRELOAD "$PY" -m pip install -q --disable-pip-version-check "$CB_SPEC" "$NVML_SPEC" "$PROM_SPEC" >&2
     if ! probe; then
-        log "the venv at $VENV cannot import cuda.bindings.driver / pynvml (cuda-bindings $MAJOR.x) after install"
+        log "the venv at $VENV cannot import cuda.bindings.driver / pynvml / prometheus_client (cuda-bindings $MAJOR.x) after install"
         exit 1
     fi
 fi

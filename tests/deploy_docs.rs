@@ -81,7 +81,8 @@ fn dockerfile_docs_release_and_injection_agree() {
         cp,
         vec![
             ("libvgpu.so".to_string(), lib.clone()),
-            ("vgpu-smi".to_string(), "/k8s-vgpu/lib/nvidia/vgpu-smi".to_string())
+            ("vgpu-smi".to_string(), "/k8s-vgpu/lib/nvidia/vgpu-smi".to_string()),
+            ("vgpu-agent".to_string(), "/k8s-vgpu/bin/vgpu-agent".to_string())
         ]
     );
     assert!(df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"), "{df}");
@@ -129,7 +130,14 @@ fn dockerfile_docs_release_and_injection_agree() {
     let tag = yaml_get(&values, "devicePlugin.image.tag").expect("devicePlugin.image.tag");
     assert!(tag.starts_with(&version), "{tag}");
     assert!(doc.contains(&tag), "docs build the tag {tag}");
-    assert_eq!(yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(), Some(version.as_str()));
+    // The monitor container runs our image too, where the chart's `vGPUmonitor` is the agent.
+    assert_eq!(yaml_get(&values, "devicePlugin.monitor.image.tag").as_deref(), Some(tag.as_str()));
+    assert_eq!(
+        yaml_get(&values, "devicePlugin.monitor.ctrPath"),
+        Some(format!("{lib_path}/containers")),
+        "the agent's HOOK_PATH/containers"
+    );
+    assert!(df.contains("ln -s vgpu-agent /k8s-vgpu/bin/vGPUmonitor"), "{df}");
 }
 
 #[test]

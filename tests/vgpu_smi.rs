@@ -570,3 +570,189 @@ fn library_sweeps_are_counted() {
     check_json(&sb, &j.stdout);
     assert!(j.stdout.contains("\"counters\":{\"swept_slots\":1,\"sweeps\":1}"), "{}", j.stdout);
 }
+
+/// A v1.2 region as the C library leaves it, one device, `limit[0]` = 1 GiB.
+fn c_region_bytes() -> Vec<u8> {
+    let mut b = vec![0u8; REGION_SIZE + 1];
+    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&1u32.to_le_bytes());
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[56..64].copy_from_slice(&1u64.to_le_bytes());
+    b[64..64 + GPU_UUID.len()].copy_from_slice(GPU_UUID.as_bytes());
+    b[1600..1608].copy_from_slice(&(1u64 << 30).to_le_bytes());
+    b
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo {}", p.display());
+}
+
+/// Node view as root over a tenant directory holding a symlink to a FIFO (which blocks any
+/// reader that opens it without O_NONBLOCK), a FIFO and a symlink to a valid region: each is
+/// skipped with its reason, nothing blocks, the valid regions beside them are shown.
+#[test]
+fn node_view_never_follows_or_blocks_on_tenant_files() {
+    let sb = Sandbox::new("smi-hostile");
+    let root = sb.subdir("hook");
+    let dirs = ["pod1_fifo", "pod2_link", "pod3_linkreg", "pod4_ok"];
+    for d in dirs {
+        std::fs::create_dir_all(root.join("containers").join(d)).unwrap();
+    }
+    let c = root.join("containers");
+    let outside = sb.dir.join("outside.fifo");
+    mkfifo(&outside);
+    mkfifo(&c.join("pod1_fifo/a.cache"));
+    std::os::unix::fs::symlink(&outside, c.join("pod2_link/a.cache")).unwrap();
+    std::fs::write(sb.dir.join("outside.cache"), c_region_bytes()).unwrap();
+    std::os::unix::fs::symlink(sb.dir.join("outside.cache"), c.join("pod3_linkreg/a.cache")).unwrap();
+    std::fs::write(c.join("pod4_ok/a.cache"), c_region_bytes()).unwrap();
+    let o = sb
+        .run(smi())
+        .args(["--node".as_ref(), root.as_os_str(), "--json".as_ref()])
+        .ld_library_path(None)
+        .timeout_secs(10)
+        .go();
+    assert_eq!(o.signal, None, "{}", o.dump());
+    assert!(o.elapsed < std::time::Duration::from_secs(9), "blocked: {}", o.dump());
+    let t = sb.run(smi()).args(["--node".as_ref(), root.as_os_str()]).ld_library_path(None).timeout_secs(10).go();
+    // A pod's block of the table: from its "pod <uid>" line to the next one.
+    let line = |pod: &str| {
+        let i = t.stdout.find(&format!("pod {pod} ")).unwrap_or_else(|| panic!("{pod}: {}", t.dump()));
+        let rest = &t.stdout[i + 1..];
+        rest[..rest.find("\npod ").unwrap_or(rest.len())].to_string()
+    };
+    assert!(line("pod1").contains("a FIFO"), "{}", t.dump());
+    assert!(line("pod2").contains("symbolic link"), "{}", t.dump());
+    assert!(line("pod3").contains("symbolic link"), "{}", t.dump());
+    assert!(t.stdout.contains(GPU_UUID), "the valid region beside them is shown: {}", t.dump());
+    // The container view and the control verbs refuse them too, without blocking.
+    for (f, want) in [(c.join("pod1_fifo/a.cache"), "FIFO"), (c.join("pod2_link/a.cache"), "symbolic link")] {
+        let v = sb.run(smi()).args(["--region".as_ref(), f.as_os_str()]).ld_library_path(None).timeout_secs(10).go();
+        assert_eq!(v.code, Some(1), "{}", v.dump());
+        assert!(v.stdout.contains(want), "{}", v.dump());
+        let b = sb
+            .run(smi())
+            .args(["--region".as_ref(), f.as_os_str(), "block".as_ref()])
+            .ld_library_path(None)
+            .timeout_secs(10)
+            .go();
+        assert_eq!(b.code, Some(2), "{}", b.dump());
+        assert!(b.stderr.contains(want), "{}", b.dump());
+    }
+    assert_eq!(std::fs::read(sb.dir.join("outside.cache")).unwrap(), c_region_bytes(), "symlink target written");
+}
+
+/// `set-limit` while another process keeps truncating and re-growing the region: every run
+/// ends with a status (0, or 2 with a reason), never a signal (no mapping to fault on), and a
+/// truncated file is never grown back by the write.
+#[test]
+fn set_limit_survives_truncation() {
+    let sb = Sandbox::new("smi-trunc");
+    let region = sb.region();
+    let full = c_region_bytes();
+    std::fs::write(&region, &full).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut ok, mut refused) = (0, 0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let f = std::fs::OpenOptions::new().write(true).open(&region).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(4096).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                f.set_len(full.len() as u64).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        });
+        for _ in 0..150 {
+            let o = run_smi(&sb, &["set-limit", "--memory", "2g"]);
+            assert_eq!(o.signal, None, "killed by a signal: {}", o.dump());
+            match o.code {
+                Some(0) => ok += 1,
+                Some(2) => refused += 1,
+                _ => panic!("{}", o.dump()),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(ok > 0, "no run succeeded ({refused} refused)");
+    // The limit word holds either value (written or truncated away), nothing else.
+    let b = std::fs::read(&region).unwrap();
+    let l = u64::from_le_bytes(b[1600..1608].try_into().unwrap());
+    assert!(l == 2 << 30 || l == 0, "limit {l}");
+    // A truncated region is refused and stays as short as the tenant left it.
+    std::fs::OpenOptions::new().write(true).open(&region).unwrap().set_len(100).unwrap();
+    let o = run_smi(&sb, &["set-limit", "--memory", "2g"]);
+    assert_eq!(o.code, Some(2), "{}", o.dump());
+    assert_eq!(std::fs::metadata(&region).unwrap().len(), 100);
+}
+
+/// A region the caller may not read: "permission denied", not "no region file yet".
+#[test]
+fn permission_denied_is_named() {
+    let sb = Sandbox::new("smi-eacces");
+    let dir = sb.subdir("private");
+    std::fs::write(dir.join("r.cache"), c_region_bytes()).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let region = dir.join("r.cache");
+    // As nobody: the directory cannot be searched.
+    let o = sb
+        .run("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(smi())
+        .args(["--region".as_ref(), region.as_os_str()])
+        .ld_library_path(None)
+        .timeout_secs(10)
+        .go();
+    assert_eq!(o.code, Some(1), "{}", o.dump());
+    assert!(o.stdout.contains("permission denied"), "{}", o.dump());
+    assert!(!o.stdout.contains("no region file yet"), "{}", o.dump());
+    // The file itself unreadable (directory searchable).
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&region, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = sb
+        .run("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(smi())
+        .args(["--region".as_ref(), region.as_os_str()])
+        .ld_library_path(None)
+        .timeout_secs(10)
+        .go();
+    assert!(o.stdout.contains("permission denied"), "{}", o.dump());
+}
+
+/// `--help` names every flag on a line of its own; an unknown flag prints the usage, status 1.
+#[test]
+fn help_lists_every_flag_and_unknown_flags_fail() {
+    let sb = Sandbox::new("smi-help");
+    let h = run_smi(&sb, &["--help"]);
+    h.ok();
+    for flag in [
+        "--region",
+        "--node",
+        "--json",
+        "--prometheus",
+        "--watch",
+        "--device",
+        "--memory",
+        "--sm ",
+        "--sm-ceiling",
+        "--help",
+    ] {
+        let n = h
+            .stdout
+            .lines()
+            .filter(|l| {
+                l.trim_start().starts_with(flag)
+                    || l.trim_start().starts_with(&format!("-i I, {flag}"))
+                    || l.contains(&format!(", {flag}"))
+            })
+            .count();
+        assert!(n >= 1, "{flag} has no line of its own:\n{}", h.stdout);
+    }
+    let o = run_smi(&sb, &["--frobnicate"]);
+    assert_eq!(o.code, Some(1), "{}", o.dump());
+    assert!(o.stderr.contains("unknown argument") && o.stderr.contains("usage:"), "{}", o.dump());
+}

@@ -14,6 +14,7 @@ pub mod limiter;
 pub mod limits;
 pub mod locations;
 pub mod lock;
+pub mod noderegion;
 pub mod reconcile;
 pub mod region;
 pub mod regionfile;

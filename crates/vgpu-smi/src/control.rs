@@ -1,13 +1,13 @@
-//! Control verbs: they write the region the way HAMi's vGPU monitor does — plain atomic stores
-//! into `limit[]`, `sm_limit[]` (its setters) and `recent_kernel` (its feedback loop,
+//! Control verbs: they write the region the way HAMi's vGPU monitor does — single aligned word
+//! stores (one `pwrite` each, never through a mapping) into `limit[]`, `sm_limit[]` (its setters) and `recent_kernel` (its feedback loop,
 //! docs/hami-contract.md §4.2/§4.3) — or sweep dead processes' slots with the library's own function.
 
 use crate::snapshot::{self, PidView};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use vgpu_core::region::{EXT_MAGIC, EXT_OFFSET, FILE_SIZE, MAX_DEVICES, RegionExt, SharedRegion, V1_REGION_SIZE};
+use vgpu_core::noderegion::{self, Access, RegionFd, Skip, SkipReason};
+use vgpu_core::region::{DeviceLimiterState, EXT_OFFSET, MAX_DEVICES, RegionExt, SharedRegion};
 
 /// A failed control action: message and exit status (1 bad input, 2 refused / unusable).
 pub struct Failure(pub String, pub i32);
@@ -23,60 +23,34 @@ fn refused(path: &Path, e: std::io::Error) -> Failure {
     Failure(format!("refused: no write access to {}: {e}{hint}", path.display()), 2)
 }
 
-/// The region mapped read-write: the v1.2 bytes, plus our extension block when the file has one.
+/// The region opened for single-word writes (`vgpu_core::noderegion`: never mapped, so a tenant
+/// truncating the file cannot fault us; a truncated file is refused, never grown).
 struct Rw {
-    ptr: *mut libc::c_void,
-    len: usize,
+    fd: RegionFd,
+    /// Our extension block is present and initialised.
+    ext: bool,
 }
 
 impl Rw {
     fn open(path: &Path) -> Result<Rw, Failure> {
-        snapshot::read(path, PidView::Container).map_err(|u| Failure(format!("{}: {}", path.display(), u.0), 2))?;
-        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Failure("path contains NUL".into(), 1))?;
-        // SAFETY: valid C string.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(refused(path, std::io::Error::last_os_error()));
-        }
-        // The extension too when the file is long enough to hold it (a file the C library made
-        // has only the v1.2 bytes).
-        let size = std::fs::metadata(path).map_or(0, |m| m.len() as usize);
-        let len = if size >= FILE_SIZE { FILE_SIZE } else { V1_REGION_SIZE };
-        // SAFETY: fd is open; the file is at least `len` bytes (read() checked the v1.2 size).
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        let err = std::io::Error::last_os_error();
-        // SAFETY: our descriptor; the mapping keeps the file referenced.
-        unsafe { libc::close(fd) };
-        if ptr == libc::MAP_FAILED {
-            return Err(refused(path, err));
-        }
-        Ok(Rw { ptr, len })
+        let snap =
+            snapshot::read(path, PidView::Container).map_err(|u| Failure(format!("{}: {}", path.display(), u.0), 2))?;
+        let fd = noderegion::open(path, Access::ReadWrite).map_err(|s| match s.reason {
+            SkipReason::PermissionDenied => refused(path, std::io::Error::from_raw_os_error(libc::EACCES)),
+            _ => Failure(format!("{}: {}", path.display(), s.detail), 2),
+        })?;
+        Ok(Rw { fd, ext: snap.extension })
     }
-    fn region(&self) -> &SharedRegion {
-        // SAFETY: V1_REGION_SIZE bytes mapped, page aligned; every field is an atomic.
-        unsafe { &*self.ptr.cast::<SharedRegion>() }
-    }
-}
 
-impl Rw {
-    /// Our extension block, if mapped and initialised.
-    fn ext(&self) -> Option<&RegionExt> {
-        if self.len < FILE_SIZE {
-            return None;
+    fn fail(&self, path: &Path, s: Skip) -> Failure {
+        match s.reason {
+            SkipReason::PermissionDenied => refused(path, std::io::Error::from_raw_os_error(libc::EACCES)),
+            _ => Failure(format!("{}: {}; nothing more written", path.display(), s.detail), 2),
         }
-        // SAFETY: FILE_SIZE bytes are mapped; the extension starts at EXT_OFFSET (page aligned)
-        // and every field is an atomic.
-        let ext = unsafe { &*self.ptr.cast::<u8>().add(EXT_OFFSET).cast::<RegionExt>() };
-        (ext.ext_magic.load(Ordering::Acquire) == EXT_MAGIC).then_some(ext)
     }
-}
 
-impl Drop for Rw {
-    fn drop(&mut self) {
-        // SAFETY: mapped by open() with this length.
-        unsafe { libc::munmap(self.ptr, self.len) };
+    fn device_num(&self) -> u64 {
+        self.fd.load_u64(offset_of!(SharedRegion, device_num) as u64).unwrap_or(0)
     }
 }
 
@@ -87,64 +61,66 @@ pub enum LimitChange {
 }
 
 /// Devices a control applies to: the one given, else every recorded device (at least device 0).
-fn target_devices(r: &SharedRegion, device: Option<usize>) -> Result<Vec<usize>, Failure> {
+fn target_devices(device_num: u64, device: Option<usize>) -> Result<Vec<usize>, Failure> {
     match device {
         Some(d) if d >= MAX_DEVICES => Err(Failure(format!("device index {d} out of range (0..{MAX_DEVICES})"), 1)),
         Some(d) => Ok(vec![d]),
-        None => {
-            let n = (r.device_num.load(Ordering::Acquire) as usize).clamp(1, MAX_DEVICES);
-            Ok((0..n).collect())
-        }
+        None => Ok((0..(device_num as usize).clamp(1, MAX_DEVICES)).collect()),
     }
 }
 
 pub fn set_limit(path: &Path, device: Option<usize>, change: LimitChange) -> Result<String, Failure> {
     let rw = Rw::open(path)?;
-    let r = rw.region();
-    let devs = target_devices(r, device)?;
+    let devs = target_devices(rw.device_num(), device)?;
     let mut out = String::new();
     for d in devs {
-        let (what, cell, new) = match change {
-            LimitChange::Memory(b) => ("memory limit", &r.limit[d], b),
-            LimitChange::Sm(p) => ("SM limit", &r.sm_limit[d], p),
+        let (what, offset, new) = match change {
+            LimitChange::Memory(b) => ("memory limit", offset_of!(SharedRegion, limit) + 8 * d, b),
+            LimitChange::Sm(p) => ("SM limit", offset_of!(SharedRegion, sm_limit) + 8 * d, p),
             // The burst ceiling lives in our extension (0 = unset: the next process with
             // CUDA_DEVICE_SM_CEILING publishes its value; at or below the SM limit = no burst).
-            LimitChange::SmCeiling(p) => match rw.ext() {
-                Some(e) => ("SM ceiling", &e.limiter[d].sm_ceiling, p),
-                None => {
-                    return Err(Failure(
-                        format!(
-                            "--sm-ceiling {p}: {} has no libvgpu extension block (made by another library?); nothing written",
-                            path.display()
-                        ),
-                        2,
-                    ));
-                }
-            },
+            LimitChange::SmCeiling(p) if rw.ext => (
+                "SM ceiling",
+                EXT_OFFSET
+                    + offset_of!(RegionExt, limiter)
+                    + d * size_of::<DeviceLimiterState>()
+                    + offset_of!(DeviceLimiterState, sm_ceiling),
+                p,
+            ),
+            LimitChange::SmCeiling(p) => {
+                return Err(Failure(
+                    format!(
+                        "--sm-ceiling {p}: {} has no libvgpu extension block (made by another library?); nothing written",
+                        path.display()
+                    ),
+                    2,
+                ));
+            }
         };
-        let old = cell.swap(new, Ordering::AcqRel);
+        let old = rw.fd.load_u64(offset as u64).map_err(|s| rw.fail(path, s))?;
+        rw.fd.store_u64(offset as u64, new).map_err(|s| rw.fail(path, s))?;
         out.push_str(&format!("device {d}: {what} {old} -> {new}\n"));
     }
     Ok(out)
 }
 
+const RECENT_KERNEL: u64 = offset_of!(SharedRegion, recent_kernel) as u64;
+
 /// `block`: `recent_kernel = -1`, as the monitor does for a lower-priority container.
 pub fn block(path: &Path) -> Result<String, Failure> {
     let rw = Rw::open(path)?;
-    let old = rw.region().recent_kernel.swap(-1, Ordering::AcqRel);
+    let old = rw.fd.load_i32(RECENT_KERNEL).map_err(|s| rw.fail(path, s))?;
+    rw.fd.store_i32(RECENT_KERNEL, -1).map_err(|s| rw.fail(path, s))?;
     Ok(format!("recent_kernel {old} -> -1: launches blocked (the monitor may lift it at its next 5 s tick)\n"))
 }
 
 /// `unblock`: a negative `recent_kernel` becomes 0, as the monitor does when contention ends.
 pub fn unblock(path: &Path) -> Result<String, Failure> {
     let rw = Rw::open(path)?;
-    let a = &rw.region().recent_kernel;
-    let mut cur = a.load(Ordering::Acquire);
-    while cur < 0 {
-        match a.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(format!("recent_kernel {cur} -> 0: launches unblocked\n")),
-            Err(v) => cur = v,
-        }
+    let cur = rw.fd.load_i32(RECENT_KERNEL).map_err(|s| rw.fail(path, s))?;
+    if cur < 0 {
+        rw.fd.store_i32(RECENT_KERNEL, 0).map_err(|s| rw.fail(path, s))?;
+        return Ok(format!("recent_kernel {cur} -> 0: launches unblocked\n"));
     }
     Ok(format!("recent_kernel {cur}: not blocked, nothing written\n"))
 }

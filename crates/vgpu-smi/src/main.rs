@@ -22,6 +22,17 @@ usage:
       set / clear the monitor's launch block (recent_kernel)
   vgpu-smi [--region FILE] sweep
       free dead processes' slots now (run it in the container: PIDs are the container's)
+flags:
+  --region FILE        the region file to read or control (default: found as the library finds it)
+  --node [DIR]         every container's region under DIR/containers (DIR: $HOOK_PATH, else /usr/local/vgpu)
+  --json               machine-readable output
+  --prometheus         Prometheus text exposition output
+  --watch SECONDS      repeat the view every SECONDS (at least 0.1)
+  --device I, -i I     set-limit: only device I (default: every recorded device)
+  --memory SIZE        set-limit: memory limit (2g, 1536m, 4GiB, bytes; 0 = unlimited)
+  --sm PERCENT         set-limit: SM limit, 1-100
+  --sm-ceiling PERCENT set-limit: burst ceiling, 1-100
+  -h, --help           this text
 exit status: 0 ok, 1 bad usage or no usable region, 2 refused (no write access, unusable file)
 ";
 
@@ -178,10 +189,15 @@ fn view_once(a: &Args) -> (String, bool) {
     }
     let path = container_region(a);
     let (pod, ctr) = container_ids(&path);
-    let snap = if path.exists() || std::fs::symlink_metadata(&path).is_ok() {
-        snapshot::read(&path, snapshot::PidView::Container)
-    } else {
-        Err(snapshot::Unusable("no region file yet (no process of this container has used CUDA or NVML)".into()))
+    let snap = match std::fs::symlink_metadata(&path) {
+        Ok(_) => snapshot::read(&path, snapshot::PidView::Container),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(snapshot::Unusable("no region file yet (no process of this container has used CUDA or NVML)".into()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(snapshot::Unusable(format!("permission denied: {e}")))
+        }
+        Err(e) => Err(snapshot::Unusable(format!("cannot stat: {e}"))),
     };
     let ok = snap.is_ok();
     let items = [Item {

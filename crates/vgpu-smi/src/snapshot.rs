@@ -2,18 +2,14 @@
 //! monitor reads it (docs/hami-contract.md §3.10, §4.1): a slot counts iff `k < proc_num` and
 //! `status != 0`; the device sums are `slots::container_breakdown` over that copy.
 //!
-//! The file is read with `pread` into private memory, never mapped: a file truncated while we read
-//! cannot fault us, and nothing we do here can write the region.
+//! The file is read with `pread` into private memory, never mapped (`vgpu_core::noderegion`): a
+//! file truncated while we read cannot fault us, and nothing we do here can write the region.
 
-use std::io::Read;
-use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use vgpu_core::counters::{self, Counters};
-use vgpu_core::region::{
-    EXT_MAGIC, EXT_VERSION, FILE_SIZE, MAJOR_VERSION, MAX_DEVICES, MAX_PROCS, REGION_MAGIC, RegionMap, SharedRegion,
-    V0_REGION_SIZE, V1_REGION_SIZE,
-};
+use vgpu_core::noderegion::{self, Access};
+use vgpu_core::region::{EXT_MAGIC, EXT_VERSION, FILE_SIZE, MAX_DEVICES, MAX_PROCS, RegionMap, SharedRegion};
 use vgpu_core::slots;
 
 /// A measured SM share older than this is not shown ("over the last seconds").
@@ -131,32 +127,17 @@ impl Buf {
     }
 }
 
-/// Reads and checks `path` as the monitor would. Never panics on content.
+/// Reads and checks `path` as the monitor would, through the node-safe reader
+/// (`vgpu_core::noderegion`: no symlink followed, nothing but a regular file read, no mapping).
+/// Never panics on content.
 pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
-    let meta = std::fs::metadata(path).map_err(|e| Unusable(format!("cannot stat: {e}")))?;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        return Err(Unusable("a directory, not a region file".into()));
-    }
-    if ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device() || !ft.is_file() {
-        return Err(Unusable("not a regular file".into()));
-    }
-    let mut f = std::fs::File::open(path).map_err(|e| Unusable(format!("cannot open: {e}")))?;
+    let fd = noderegion::open(path, Access::Read).map_err(|s| Unusable(s.detail))?;
     let mut buf = Buf(vec![0u64; FILE_SIZE / 8]);
-    let mut n = 0usize;
-    {
-        let b = buf.bytes_mut();
-        while n < b.len() {
-            match f.read(&mut b[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Unusable(format!("cannot read: {e}"))),
-            }
-        }
-    }
-    // Longer than FILE_SIZE is fine (only the known prefix is read); the real size for messages:
-    let size = meta.len().max(n as u64);
+    let n = fd.read_at(0, buf.bytes_mut()).map_err(|e| Unusable(format!("cannot read: {e}")))?;
+    let meta_len = fd.size();
+    // Longer than FILE_SIZE is fine (only the known prefix is read); a file truncated since the
+    // fstat counts with the bytes actually read.
+    let size = if (n as u64) < meta_len && n < FILE_SIZE { n as u64 } else { meta_len };
     check_header(&buf.bytes_mut()[..n], size)?;
     let map = buf.map();
     let r: &SharedRegion = &map.shared;
@@ -235,28 +216,16 @@ pub fn read(path: &Path, view: PidView) -> Result<Snapshot, Unusable> {
     })
 }
 
-/// The checks of docs/hami-contract.md §4.1, in the monitor's order, with its reasons.
+/// The checks of docs/hami-contract.md §4.1, in the monitor's order, with its reasons; a v0
+/// region is recognised but not shown here.
 pub fn check_header(head: &[u8], size: u64) -> Result<(), Unusable> {
-    if head.len() < 12 {
-        return Err(Unusable(format!("{size} bytes: smaller than the 12-byte header")));
+    match noderegion::classify(head, size) {
+        Ok(l) if l.version == noderegion::Version::V0 => {
+            Err(Unusable(format!("legacy v0 region ({size} bytes): not shown")))
+        }
+        Ok(_) => Ok(()),
+        Err(s) => Err(Unusable(s.detail)),
     }
-    let word = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap());
-    let magic = word(0) as i32;
-    if magic != REGION_MAGIC {
-        return Err(Unusable(if magic == 0 {
-            format!("not initialised (magic 0, {size} bytes)")
-        } else {
-            format!("foreign content: first word {:#010x} is not the region magic", magic as u32)
-        }));
-    }
-    let (major, minor) = (word(4), word(8));
-    if size >= V0_REGION_SIZE as u64 && size < V1_REGION_SIZE as u64 {
-        return Err(Unusable(format!("legacy v0 region ({size} bytes): not shown")));
-    }
-    if major != MAJOR_VERSION || size < V1_REGION_SIZE as u64 {
-        return Err(Unusable(format!("unknown cache file size {size} / version {major}.{minor}")));
-    }
-    Ok(())
 }
 
 /// The burst ceiling (`CUDA_DEVICE_SM_CEILING`, extension word `sm_ceiling`), percent; `None`
