@@ -218,6 +218,20 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
     Ok(step)
 }
 
+/// A new context's charge on region device `d` takes over what the reconciliation holds there:
+/// `charge(held)` measures the context with the book held (so no reconciliation charges the
+/// same memory meanwhile) and returns `(bytes, taken)`; `taken`: `held` is part of `bytes`, the
+/// context's charge from now on (given back with the context), so the reconciliation holds none.
+pub fn hand_over(t: &mut Truth, d: usize, charge: impl FnOnce(u64) -> Result<(u64, bool), ()>) -> Result<u64, ()> {
+    let Some(dt) = t.devs.get_mut(d) else { return charge(0).map(|(bytes, _)| bytes) };
+    let (bytes, taken) = charge(dt.held)?;
+    if taken {
+        dt.held = 0;
+        HELD[d].store(0, Ordering::Relaxed);
+    }
+    Ok(bytes)
+}
+
 /// Feed the memory correlator of region device `d` (host PID unknown). Claims the PID when found.
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
