@@ -8,8 +8,9 @@
 //! ([`vgpu_core::hostpid`]), every 100 ms, so a context created out of our sight still gets its PID.
 //!
 //! One per-process mutex serialises readings with the up-front measurements of `driver_costs`
-//! (a module load measured while the tick reads would be counted twice). The tick never waits for
-//! it; the refusal path waits at most [`REFUSAL_WAIT`].
+//! (a module load measured while the tick reads would be counted twice) and with a new context's
+//! charge ([`hand_over`]: the context's memory is the driver's before the shim charges it). The
+//! tick never waits for it; the refusal path waits at most [`REFUSAL_WAIT`].
 
 use crate::{compute, driver, state};
 use std::sync::atomic::{AtomicU64, Ordering};
