@@ -387,3 +387,39 @@ pub fn measured(
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn book(held: u64) -> Truth {
+        let mut t = Truth { pid: 1, devs: Default::default() };
+        t.devs[0].held = held;
+        t
+    }
+
+    #[test]
+    fn a_context_charge_takes_over_what_the_reconciliation_holds() {
+        let mut t = book(62 * MIB);
+        let r = hand_over(&mut t, 0, |held| {
+            assert_eq!(held, 62 * MIB, "the charge sees what the reconciliation holds");
+            Ok((64 * MIB, true))
+        });
+        assert_eq!(r, Ok(64 * MIB));
+        assert_eq!(t.devs[0].held, 0, "the context's charge owns those bytes now");
+        assert_eq!(t.devs[1].held, 0);
+    }
+
+    #[test]
+    fn a_refused_or_unmeasured_context_leaves_the_reconciliation_its_charge() {
+        let mut t = book(62 * MIB);
+        assert_eq!(hand_over(&mut t, 0, |_| Err(())), Err(()));
+        assert_eq!(t.devs[0].held, 62 * MIB);
+        assert_eq!(hand_over(&mut t, 0, |_| Ok((0, false))), Ok(0));
+        assert_eq!(t.devs[0].held, 62 * MIB);
+        // A device index out of range is measured alone.
+        assert_eq!(hand_over(&mut t, MAX_DEVICES, |held| Ok((held + 5, true))), Ok(5));
+    }
+}
