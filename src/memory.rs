@@ -554,35 +554,56 @@ pub fn host_pid(st: &State) -> i32 {
     st.region.and_then(|r| slots::hostpid(r, st.pid)).filter(|&h| h > 0).unwrap_or(st.pid)
 }
 
+/// How long a context charge waits for the reconciliation's book (`truth::with`).
+const CONTEXT_BOOK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Charge what a new context costs on CUDA ordinal `ordinal`, measured as NVML's view of this
 /// process minus what we already count there, with no allocation or free of this process half
 /// done meanwhile (`Ledger::quiesced`: they wait for the measurement, and it for them), so the
-/// two figures describe one moment. A context is device memory like any other: if it does not
-/// fit under the container's limit the caller undoes the creation and reports
-/// `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
+/// two figures describe one moment. The reconciliation's book is held meanwhile
+/// (`truth::hand_over`): it would otherwise charge the new context as driver-held memory of its
+/// own, counted twice with this charge or shrunk by it to one granule less later; what it
+/// already charged for the context becomes part of this charge. A context is device memory like
+/// any other: if it does not fit under the container's limit the caller undoes the creation and
+/// reports `CUDA_ERROR_OUT_OF_MEMORY`, as a full GPU would. `Ok(bytes charged)`.
 pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
     let st = state::get();
     if st.closed {
         return Err(()); // logged once when the state was built
     }
     let dev = st.region_index(ordinal);
-    st.ledger.quiesced(|quiet| {
-        if !quiet {
-            crate::once!(
-                warn,
-                "context on device {dev}: allocations still in flight after 2 s; its charge may be off by them"
-            );
+    let measure = |held: u64| {
+        st.ledger.quiesced(|quiet| {
+            if !quiet {
+                crate::once!(
+                    warn,
+                    "context on device {dev}: allocations still in flight after 2 s; its charge may be off by them"
+                );
+            }
+            charge_measured(st, dev, held)
+        })
+    };
+    match crate::truth::with(Some(CONTEXT_BOOK_WAIT), |t| crate::truth::hand_over(t, dev, measure)) {
+        Some(r) => r,
+        None => {
+            crate::once!(warn, "context on device {dev}: reconciliation busy for 2 s; measured without it");
+            measure(0).map(|(bytes, _)| bytes)
         }
-        charge_measured(st, dev)
-    })
+    }
 }
 
-fn charge_measured(st: &State, dev: usize) -> Result<u64, ()> {
+/// The context's cost: NVML's figure less what the ledger counts beside the reconciliation's
+/// `held` bytes (already charged, as driver-held memory). `Ok((cost, whether held is part of it))`.
+fn charge_measured(st: &State, dev: usize, held: u64) -> Result<(u64, bool), ()> {
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
-        return Ok(0);
+        return Ok((0, false));
     };
-    let bytes = truth.saturating_sub(st.ledger.own_usage(dev));
+    let cost = truth.saturating_sub(st.ledger.own_usage(dev).saturating_sub(held));
+    if cost < held {
+        st.ledger.release(dev, UsageKind::Context, held - cost);
+    }
+    let bytes = cost.saturating_sub(held);
     if bytes > 0 {
         match st.ledger.reserve_quiesced(dev, bytes, UsageKind::Context, st.memory_limit(dev)) {
             Ok(res) => {
@@ -604,8 +625,11 @@ fn charge_measured(st: &State, dev: usize) -> Result<u64, ()> {
             }
         }
     }
-    crate::debug!("context on device {dev}: charged {bytes} bytes");
-    Ok(bytes)
+    crate::debug!(
+        "context on device {dev}: charged {cost} bytes ({} of them held by the reconciliation)",
+        held.min(cost)
+    );
+    Ok((cost, true))
 }
 
 pub fn uncharge_context(ordinal: CUdevice, bytes: u64) {

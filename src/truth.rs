@@ -8,8 +8,9 @@
 //! ([`vgpu_core::hostpid`]), every 100 ms, so a context created out of our sight still gets its PID.
 //!
 //! One per-process mutex serialises readings with the up-front measurements of `driver_costs`
-//! (a module load measured while the tick reads would be counted twice). The tick never waits for
-//! it; the refusal path waits at most [`REFUSAL_WAIT`].
+//! (a module load measured while the tick reads would be counted twice) and with a new context's
+//! charge ([`hand_over`]: the context's memory is the driver's before the shim charges it). The
+//! tick never waits for it; the refusal path waits at most [`REFUSAL_WAIT`].
 
 use crate::{compute, driver, state};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -218,6 +219,20 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
     Ok(step)
 }
 
+/// A new context's charge on region device `d` takes over what the reconciliation holds there:
+/// `charge(held)` measures the context with the book held (so no reconciliation charges the
+/// same memory meanwhile) and returns `(bytes, taken)`; `taken`: `held` is part of `bytes`, the
+/// context's charge from now on (given back with the context), so the reconciliation holds none.
+pub fn hand_over(t: &mut Truth, d: usize, charge: impl FnOnce(u64) -> Result<(u64, bool), ()>) -> Result<u64, ()> {
+    let Some(dt) = t.devs.get_mut(d) else { return charge(0).map(|(bytes, _)| bytes) };
+    let (bytes, taken) = charge(dt.held)?;
+    if taken {
+        dt.held = 0;
+        HELD[d].store(0, Ordering::Relaxed);
+    }
+    Ok(bytes)
+}
+
 /// Feed the memory correlator of region device `d` (host PID unknown). Claims the PID when found.
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
@@ -371,4 +386,40 @@ pub fn measured(
         undo(k);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn book(held: u64) -> Truth {
+        let mut t = Truth { pid: 1, devs: Default::default() };
+        t.devs[0].held = held;
+        t
+    }
+
+    #[test]
+    fn a_context_charge_takes_over_what_the_reconciliation_holds() {
+        let mut t = book(62 * MIB);
+        let r = hand_over(&mut t, 0, |held| {
+            assert_eq!(held, 62 * MIB, "the charge sees what the reconciliation holds");
+            Ok((64 * MIB, true))
+        });
+        assert_eq!(r, Ok(64 * MIB));
+        assert_eq!(t.devs[0].held, 0, "the context's charge owns those bytes now");
+        assert_eq!(t.devs[1].held, 0);
+    }
+
+    #[test]
+    fn a_refused_or_unmeasured_context_leaves_the_reconciliation_its_charge() {
+        let mut t = book(62 * MIB);
+        assert_eq!(hand_over(&mut t, 0, |_| Err(())), Err(()));
+        assert_eq!(t.devs[0].held, 62 * MIB);
+        assert_eq!(hand_over(&mut t, 0, |_| Ok((0, false))), Ok(0));
+        assert_eq!(t.devs[0].held, 62 * MIB);
+        // A device index out of range is measured alone.
+        assert_eq!(hand_over(&mut t, MAX_DEVICES, |held| Ok((held + 5, true))), Ok(5));
+    }
 }

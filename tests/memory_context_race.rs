@@ -73,8 +73,11 @@ fn the_context_is_charged_before_the_first_allocations_pass_it() {
             assert!(t0.elapsed() < Duration::from_secs(20), "run {run}: no reply; stderr:\n{}", c.stderr());
             // (Once the first thread has created it: a shorter file is still being laid out.)
             if std::fs::metadata(&region).is_ok_and(|m| m.len() >= memory_support::off::REGION_SIZE as u64) {
-                let t = Snap::read(&region).container_total(0);
-                assert!(t <= LIMIT, "run {run}: the container holds {t} > limit {LIMIT} during the race");
+                let snap = Snap::read(&region);
+                let t = snap.container_total(0);
+                let slots: Vec<_> =
+                    snap.live_slots().into_iter().map(|s| (s.index, s.pid, s.seqlock, s.used[0])).collect();
+                assert!(t <= LIMIT, "run {run}: the container holds {t} > limit {LIMIT} during the race: {slots:?}");
             }
             std::thread::yield_now();
         };

@@ -5,7 +5,7 @@
 //! device no longer has the room. The process's own calls are not blocked while it is locked or
 //! checkpointed (a real driver blocks them); tests make none then.
 
-use crate::{MAX_DEVICES, MAX_PROCS, ST_ALIVE, SimState, sat_sub};
+use crate::{MAX_DEVICES, MAX_PROCS, ST_ALIVE, SimState, sat_sub, st_of};
 use std::sync::atomic::Ordering;
 
 pub const RUNNING: u32 = 0;
@@ -28,7 +28,7 @@ impl SimState {
         let h = self.sh();
         (0..MAX_PROCS).find(|&k| {
             let r = &h.procs[k];
-            r.state.load(Ordering::Acquire) == ST_ALIVE && r.pid.load(Ordering::Relaxed) == pid
+            st_of(r.state.load(Ordering::Acquire)) == ST_ALIVE && r.pid.load(Ordering::Relaxed) == pid
         })
     }
 

@@ -29,13 +29,28 @@ pub const MAX_PROCS: usize = 256;
 /// Intervals kept per (process, device).
 pub const RING: usize = 512;
 pub const MAGIC: u64 = 0x5647_5055_5349_4d31; // "VGPUSIM1"
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 pub const GRANULE: u64 = 2 << 20;
 
+// A record's state word: the state in the low bits, above them the generation, advanced by each
+// registration. Claiming a record by CAS on the whole word fails when the record was recycled
+// since the claimer read it (a scanner that judged the previous owner dead must not free it).
 const ST_FREE: u32 = 0;
 const ST_INIT: u32 = 1;
 const ST_ALIVE: u32 = 2;
 const ST_RECLAIM: u32 = 3;
+const ST_MASK: u32 = 3;
+const GEN_ONE: u32 = ST_MASK + 1;
+
+/// The state part of a record's state word.
+fn st_of(word: u32) -> u32 {
+    word & ST_MASK
+}
+
+/// `word` with its state replaced by `st` (same generation).
+fn with_st(word: u32, st: u32) -> u32 {
+    (word & !ST_MASK) | st
+}
 
 /// Monotonic clock in ns (CLOCK_MONOTONIC, system wide).
 pub fn now_mono_ns() -> u64 {
@@ -140,6 +155,7 @@ struct DevRing {
 
 #[repr(C)]
 struct Rec {
+    /// State and generation (see `ST_MASK`).
     state: AtomicU32,
     pid: AtomicU32,
     seq: AtomicU32,
@@ -452,7 +468,7 @@ impl SimState {
         let h = self.sh();
         let mut sum = h.devices[dev].retired_busy.load(Ordering::Acquire);
         for slot in 0..MAX_PROCS {
-            let st = h.procs[slot].state.load(Ordering::Acquire);
+            let st = st_of(h.procs[slot].state.load(Ordering::Acquire));
             if st == ST_INIT || st == ST_ALIVE {
                 sum += self.busy_ns(slot, dev, until);
             }
@@ -469,7 +485,12 @@ impl SimState {
         for attempt in 0..2 {
             for slot in 0..MAX_PROCS {
                 let r = &h.procs[slot];
-                if r.state.compare_exchange(ST_FREE, ST_INIT, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                let word = r.state.load(Ordering::Acquire);
+                if st_of(word) != ST_FREE {
+                    continue;
+                }
+                let generation = with_st(word, ST_FREE).wrapping_add(GEN_ONE);
+                if r.state.compare_exchange(word, generation | ST_INIT, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     r.pid.store(pid, Ordering::Relaxed);
                     r.starttime.store(start, Ordering::Relaxed);
                     r.ctx_mask.store(0, Ordering::Relaxed);
@@ -482,7 +503,7 @@ impl SimState {
                         r.dev[d].count.store(0, Ordering::Relaxed);
                     }
                     r.seq.fetch_add(1, Ordering::AcqRel);
-                    r.state.store(ST_ALIVE, Ordering::Release);
+                    r.state.store(generation | ST_ALIVE, Ordering::Release);
                     return Some(slot);
                 }
             }
@@ -496,7 +517,10 @@ impl SimState {
     /// Release a record now (the owner exits cleanly). Memory returns to the device.
     pub fn unregister(&self, slot: usize) {
         let r = &self.sh().procs[slot];
-        if r.state.compare_exchange(ST_ALIVE, ST_RECLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        let word = r.state.load(Ordering::Acquire);
+        if st_of(word) == ST_ALIVE
+            && r.state.compare_exchange(word, with_st(word, ST_RECLAIM), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
             self.retire_record(slot);
         }
     }
@@ -661,30 +685,39 @@ impl SimState {
     }
 
     pub fn slot_is_live(&self, slot: usize) -> bool {
-        let st = self.sh().procs[slot].state.load(Ordering::Acquire);
+        let st = st_of(self.sh().procs[slot].state.load(Ordering::Acquire));
         st == ST_ALIVE || st == ST_INIT
     }
 
     /// Reclaim every record whose process is gone. Returns the number reclaimed.
     pub fn reclaim_dead(&self) -> usize {
-        let h = self.sh();
         let mut n = 0;
         for slot in 0..MAX_PROCS {
-            let r = &h.procs[slot];
-            let st = r.state.load(Ordering::Acquire);
-            if st != ST_ALIVE {
-                continue;
-            }
-            let pid = r.pid.load(Ordering::Relaxed);
-            if pid == 0 || process_alive(pid, r.starttime.load(Ordering::Relaxed)) {
-                continue;
-            }
-            if r.state.compare_exchange(ST_ALIVE, ST_RECLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                self.retire_record(slot);
+            if self.reclaim_if(slot, |pid, start| !process_alive(pid, start)) {
                 n += 1;
             }
         }
         n
+    }
+
+    /// Reclaim record `slot` if it is live and `dead(pid, starttime)` says its process is gone.
+    /// The claim succeeds only on the generation that was judged: a record recycled meanwhile
+    /// (freed by another scanner and registered by a starting process) belongs to a live process.
+    fn reclaim_if(&self, slot: usize, dead: impl FnOnce(u32, u64) -> bool) -> bool {
+        let r = &self.sh().procs[slot];
+        let word = r.state.load(Ordering::Acquire);
+        if st_of(word) != ST_ALIVE {
+            return false;
+        }
+        let pid = r.pid.load(Ordering::Relaxed);
+        if pid == 0 || !dead(pid, r.starttime.load(Ordering::Relaxed)) {
+            return false;
+        }
+        if r.state.compare_exchange(word, with_st(word, ST_RECLAIM), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            self.retire_record(slot);
+            return true;
+        }
+        false
     }
 
     /// The reclaim of hot query paths (`cuMemGetInfo`): a real driver frees a dead process's
@@ -701,20 +734,10 @@ impl SimState {
         {
             return self.reclaim_dead();
         }
-        let h = self.sh();
         let me = std::process::id();
         let mut n = 0;
         for slot in 0..MAX_PROCS {
-            let r = &h.procs[slot];
-            if r.state.load(Ordering::Acquire) != ST_ALIVE {
-                continue;
-            }
-            let pid = r.pid.load(Ordering::Relaxed);
-            if pid == 0 || pid == me || !process_reaped(pid) {
-                continue;
-            }
-            if r.state.compare_exchange(ST_ALIVE, ST_RECLAIM, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                self.retire_record(slot);
+            if self.reclaim_if(slot, |pid, _| pid != me && process_reaped(pid)) {
                 n += 1;
             }
         }
@@ -740,7 +763,8 @@ impl SimState {
         r.ckpt.store(0, Ordering::Relaxed);
         r.ctx_mask.store(0, Ordering::Relaxed);
         r.pid.store(0, Ordering::Relaxed);
-        r.state.store(ST_FREE, Ordering::Release);
+        let word = r.state.load(Ordering::Relaxed);
+        r.state.store(with_st(word, ST_FREE), Ordering::Release);
     }
 
     /// Live processes (after reclaiming dead ones), with per-device used bytes and busy ns up to now.
@@ -752,7 +776,7 @@ impl SimState {
         let mut out = Vec::new();
         for slot in 0..MAX_PROCS {
             let r = &h.procs[slot];
-            if r.state.load(Ordering::Acquire) != ST_ALIVE {
+            if st_of(r.state.load(Ordering::Acquire)) != ST_ALIVE {
                 continue;
             }
             let mask = r.ctx_mask.load(Ordering::Relaxed);
@@ -772,7 +796,8 @@ impl SimState {
         let h = self.sh();
         (0..MAX_PROCS)
             .filter(|&s| {
-                h.procs[s].state.load(Ordering::Acquire) == ST_ALIVE && h.procs[s].pid.load(Ordering::Relaxed) == pid
+                st_of(h.procs[s].state.load(Ordering::Acquire)) == ST_ALIVE
+                    && h.procs[s].pid.load(Ordering::Relaxed) == pid
             })
             .map(|s| self.busy_ns(s, dev, until))
             .sum()

@@ -265,3 +265,50 @@ fn rate_limited_reclaim() {
     assert_eq!(s.device_used(0), 2 << 20);
     z.wait().unwrap();
 }
+
+/// A scanner decides that a record's process is dead; before it claims the record, another
+/// scanner reclaims it and a starting process registers into it. The first scanner must then
+/// leave the new, live record alone (its pid and charge stay visible, the device keeps the charge).
+#[test]
+fn a_record_recycled_during_the_liveness_check_is_not_reclaimed() {
+    let (_t, s) = open("recycle", 1, 1000);
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let slot = s.register(dead).unwrap();
+    assert!(s.try_charge(slot, 0, 64 << 20));
+    let me = std::process::id();
+    let reclaimed = s.reclaim_if(slot, |pid, start| {
+        let gone = !process_alive(pid, start);
+        // Meanwhile: another scanner frees the record and this process takes it over.
+        assert_eq!(s.reclaim_dead(), 1);
+        assert_eq!(s.register(me), Some(slot));
+        assert!(s.try_charge(slot, 0, 40 << 20));
+        gone
+    });
+    assert!(!reclaimed, "the live process's record was reclaimed");
+    assert!(s.processes().iter().any(|p| p.pid == me && p.used[0] == 40 << 20), "{:?}", s.processes());
+    assert_eq!(s.device_used(0), 40 << 20);
+    // Its own exit still releases it.
+    s.unregister(slot);
+    assert_eq!((s.processes().len(), s.device_used(0)), (0, 0));
+}
+
+/// Same race on the fast path of the rate-limited reclaim (`kill(pid, 0)` only).
+#[test]
+fn a_record_recycled_during_the_reaped_check_is_not_reclaimed() {
+    let (_t, s) = open("recycle-fast", 1, 1000);
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let slot = s.register(dead).unwrap();
+    let me = std::process::id();
+    let reclaimed = s.reclaim_if(slot, |pid, _| {
+        let gone = process_reaped(pid);
+        assert_eq!(s.reclaim_dead_rate_limited(&AtomicU64::new(0), u64::MAX), 1);
+        assert_eq!(s.register(me), Some(slot));
+        gone
+    });
+    assert!(!reclaimed);
+    assert!(s.slot_is_live(slot) && s.slot_pid(slot) == me);
+}
