@@ -11,8 +11,10 @@
 //! (a module load measured while the tick reads would be counted twice). The tick never waits for
 //! it; the refusal path waits at most [`REFUSAL_WAIT`].
 
+pub(crate) mod driver_costs;
+
 use crate::{compute, driver, state};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_core::hostpid::{MemCorrelator, Sample};
 use vgpu_core::ledger::ReserveError;
@@ -62,6 +64,7 @@ pub static STEPS: AtomicU64 = AtomicU64::new(0);
 /// Run `f` with this process's truth state (fresh after a fork), waiting at most `wait`
 /// (None: never wait). `None` when busy.
 pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Option<R> {
+    register_fork_handler();
     let mut g = match wait {
         None => TRUTH.try_lock()?,
         Some(w) => TRUTH.try_lock_for(w)?,
@@ -78,25 +81,39 @@ pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Optio
     Some(f(g.as_mut().expect("set above")))
 }
 
-/// In a forked child: the parent's watcher may have held the lock at the fork.
-pub fn fork_child() {
-    // SAFETY: called from the state's atfork child handler (one thread, forked from outside
-    // the shim).
+/// Registers [`on_fork_child`] once per process image (an inherited registration stays: an
+/// atomic, not `Once`), at `cuInit`: before any of the books it resets can be locked.
+fn register_fork_handler() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.load(Ordering::Relaxed) || DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: registers a child handler that touches only this module's and its children's statics.
+    unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+}
+
+/// In a forked child: the parent's watcher may have held the books' locks at the fork.
+extern "C" fn on_fork_child() {
+    // SAFETY: an atfork child handler (one thread, forked from outside the shim).
     unsafe { TRUTH.force_unlock_in_child() };
-    crate::driver_costs::fork_child();
+    driver_costs::fork_child();
     crate::checkpoint::fork_child();
 }
 
-/// CUDA is initialised in this process: make sure the watcher (which calls [`tick`]) runs, so a
-/// context created out of our sight still gets a host PID and its memory reconciled.
+/// CUDA is initialised in this process: make sure the watcher runs [`tick`], so a context created
+/// out of our sight still gets a host PID and its memory reconciled.
 pub fn cuda_initialised() {
     crate::guard::ffi("truth::cuda_initialised", (), || {
+        register_fork_handler();
+        // Driver-held memory and host-PID correlation are due per device every 100-250 ms, so
+        // they ride the watcher's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
+        compute::watcher::also_run(tick);
         let _ = compute::get();
     })
 }
 
 fn now_ns() -> u64 {
-    compute::mono_ns()
+    crate::clock::mono_ns()
 }
 
 /// Our host PID as NVML reports it on region device `d`, once someone resolved it.
@@ -154,10 +171,7 @@ fn allowance(d: usize) -> u64 {
     let st = state::get();
     let round =
         |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
-    st.allocs
-        .sum_on(d, round)
-        .saturating_add(st.handles.sum_on(d, round))
-        .saturating_add(crate::driver_costs::pool_slack(d))
+    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(driver_costs::pool_slack(d))
 }
 
 /// (truth, counted) of region device `d` now, if measurable.
@@ -253,8 +267,8 @@ fn active(d: usize) -> bool {
     compute::try_get().is_some_and(|c| c.devs[d].active.load(Ordering::Relaxed))
 }
 
-/// The periodic reconciliation (from the compute watcher, which every CUDA process runs from
-/// `cuInit` on). Never blocks: skipped while an up-front measurement holds the lock.
+/// The periodic reconciliation (on the compute watcher, which every CUDA process runs from
+/// `cuInit` on: registered by [`cuda_initialised`]). Never blocks: skipped while an up-front measurement holds the lock.
 pub fn tick() {
     if state::try_get().is_none() {
         return;
@@ -273,7 +287,7 @@ pub fn tick() {
             if !resolved {
                 correlate(t, d);
             }
-            crate::driver_costs::tick(d);
+            driver_costs::tick(d);
             if let Err(why) = reconcile(t, d) {
                 note_no_truth(d, why);
             }

@@ -7,9 +7,9 @@ use super::{Compute, api, get, mono_ns, now_unix_s, sleep_until};
 use crate::ffi::*;
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
+use vgpu_core::limiter::cost::lowcost;
 use vgpu_core::limiter::cost::{self, Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
-use vgpu_core::limiter::lowcost;
 use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.

@@ -15,6 +15,7 @@ mod gate;
 mod samples;
 pub(crate) mod watcher;
 
+pub use crate::clock::{mono_ns, wall_ns};
 pub use gate::{after, after_multi, before, before_multi};
 
 use crate::ffi::*;
@@ -44,21 +45,6 @@ pub fn arm() {
     if !GATE.load(Ordering::Relaxed) {
         GATE.store(true, Ordering::Relaxed);
     }
-}
-
-/// CLOCK_MONOTONIC ns.
-pub fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-pub fn wall_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
-}
-
-fn clock_ns(c: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(c, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Sleeps until CLOCK_MONOTONIC `t` (absolute; no spinning).

@@ -6,7 +6,7 @@
 //! driver call that the launch path needs.
 
 use super::{Compute, api, mono_ns, samples, wall_ns};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 use vgpu_core::limiter::pidmap::View;
 use vgpu_core::limiter::words::{SENSOR_NVML, SENSOR_SELF};
@@ -22,6 +22,15 @@ const NVML_EVERY_NS: u64 = 250_000_000;
 /// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
 /// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
 static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
+
+/// Work of a module above this one that rides this thread's 20 ms cadence (`truth::tick`,
+/// registered at `cuInit`), so the watcher runs it without depending on that module.
+static ALSO_RUN: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Runs `f` on the watcher every round from now on (one function; a later call replaces it).
+pub(crate) fn also_run(f: fn()) {
+    ALSO_RUN.store(f as *mut (), Ordering::Release);
+}
 
 /// Wake the watcher now (a sample was started, a context created).
 pub fn kick() {
@@ -89,9 +98,12 @@ fn run(c: &'static Compute) {
             };
             (0..MAX_DEVICES).for_each(|d| super::burst::tick(c, d));
         }
-        // Driver-held memory and host-PID correlation: due per device every 100-250 ms, so it
-        // rides this thread's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
-        crate::truth::tick();
+        let also = ALSO_RUN.load(Ordering::Acquire);
+        if !also.is_null() {
+            // SAFETY: only `also_run` stores here, and what it stores is a `fn()`.
+            let f = unsafe { std::mem::transmute::<*mut (), fn()>(also) };
+            f();
+        }
         for (d, n) in nv.iter_mut().enumerate() {
             if c.devs[d].active.load(Ordering::Relaxed) && now >= n.next {
                 n.next = now + NVML_EVERY_NS;

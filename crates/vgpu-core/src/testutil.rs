@@ -25,7 +25,7 @@ impl Drop for TempPath {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
         // A region file's hidden second link (regionplace), made beside it.
-        let _ = std::fs::remove_file(crate::regionplace::anchor_path(&self.0));
+        let _ = std::fs::remove_file(crate::regionanchor::anchor_path(&self.0));
     }
 }
 
