@@ -105,7 +105,7 @@ pub unsafe fn primary_release(real: pfn::cuDevicePrimaryCtxRelease_v2, dev: CUde
 pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice) -> CUresult {
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS {
-        crate::pidprobe::primary_reset(dev);
+        crate::compute::hostpid::probe::primary_reset(dev);
         drop_primary(dev, true);
     }
     r

@@ -22,7 +22,6 @@ mod launch;
 mod memory;
 mod nvml;
 mod pfn_lookup;
-mod pidprobe;
 mod pool_place;
 mod state;
 mod truth;

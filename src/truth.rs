@@ -44,7 +44,7 @@ pub struct DevTruth {
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
     /// The last-resort host-PID probe (`pidprobe`).
-    probe: crate::pidprobe::Probe,
+    probe: compute::hostpid::probe::Probe,
     /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
     /// can a probe tell anything.
     correlatable: bool,
@@ -239,7 +239,7 @@ fn correlate(t: &mut Truth, d: usize) {
     let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let oth = compute::watcher::others(c, None);
+    let oth = compute::hostpid::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
     let mut ctl = c.devs[d].ctl.lock();
@@ -250,7 +250,7 @@ fn correlate(t: &mut Truth, d: usize) {
     ctl.hostpid = Some(hp);
     ctl.corr.reset();
     drop(ctl);
-    compute::watcher::claim(c, d, hp);
+    compute::hostpid::claim(c, d, hp);
     crate::info!("host pid {hp} found by memory correlation on device {d} (context created out of sight)");
 }
 

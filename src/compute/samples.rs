@@ -169,7 +169,7 @@ pub fn poll(c: &Compute) -> bool {
                 drop(ctl);
             }
         }
-        super::gate::release_first_gate(c, p.d);
+        super::firstgate::release_first_gate(c, p.d);
     }
     let mut s = c.samples.lock();
     for (p, ns) in done {
