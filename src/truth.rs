@@ -43,7 +43,7 @@ pub struct DevTruth {
     corr: MemCorrelator,
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
-    /// The last-resort host-PID probe (`pidprobe`).
+    /// The last-resort host-PID probe (`compute::hostpid::probe`).
     probe: compute::hostpid::probe::Probe,
     /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
     /// can a probe tell anything.
