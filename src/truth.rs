@@ -13,7 +13,8 @@
 
 pub(crate) mod driver_costs;
 
-use crate::{compute, driver, state};
+use crate::compute::{self, hostpid};
+use crate::{driver, state};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_core::hostpid::{MemCorrelator, Sample};
@@ -44,7 +45,7 @@ pub struct DevTruth {
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
     /// The last-resort host-PID probe (`compute::hostpid::probe`).
-    probe: compute::hostpid::probe::Probe,
+    probe: hostpid::probe::Probe,
     /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
     /// can a probe tell anything.
     correlatable: bool,
@@ -116,17 +117,6 @@ fn now_ns() -> u64 {
     crate::clock::mono_ns()
 }
 
-/// Our host PID as NVML reports it on region device `d`, once someone resolved it.
-fn host_pid(d: usize) -> Option<u32> {
-    if let Some(c) = compute::try_get()
-        && let Some(h) = c.devs[d].ctl.lock().hostpid
-    {
-        return Some(h);
-    }
-    let st = state::get();
-    st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
-}
-
 struct Raw {
     before: u64,
     procs: Vec<(u32, u64)>,
@@ -176,7 +166,7 @@ fn allowance(d: usize) -> u64 {
 
 /// (truth, counted) of region device `d` now, if measurable.
 pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
-    let hp = host_pid(d).ok_or(NoTruth::PidUnresolved)?;
+    let hp = hostpid::known(d).ok_or(NoTruth::PidUnresolved)?;
     let dt = &mut t.devs[d];
     let Raw { before, procs, explained, after } = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
@@ -239,19 +229,10 @@ fn correlate(t: &mut Truth, d: usize) {
     let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let oth = compute::hostpid::others(c, None);
+    let oth = hostpid::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
-    let mut ctl = c.devs[d].ctl.lock();
-    if ctl.hostpid.is_some() {
-        return;
-    }
-    ctl.pids.adopt(hp);
-    ctl.hostpid = Some(hp);
-    ctl.corr.reset();
-    drop(ctl);
-    compute::hostpid::claim(c, d, hp);
-    crate::info!("host pid {hp} found by memory correlation on device {d} (context created out of sight)");
+    hostpid::found_by_correlation(c, d, hp);
 }
 
 /// Is CUDA active on region device `d` in this process (something counted, or a context seen)?
@@ -282,7 +263,7 @@ pub fn tick() {
             if now < t.devs[d].next || !active(d) {
                 continue;
             }
-            let resolved = host_pid(d).is_some();
+            let resolved = hostpid::known(d).is_some();
             t.devs[d].next = now + if resolved { EVERY_NS } else { RESOLVE_EVERY_NS };
             if !resolved {
                 correlate(t, d);
@@ -292,7 +273,7 @@ pub fn tick() {
                 note_no_truth(d, why);
             }
             // After the correlator's sample, so its next one sees a probe's move.
-            let unresolved = host_pid(d).is_none() && t.devs[d].correlatable;
+            let unresolved = hostpid::known(d).is_none() && t.devs[d].correlatable;
             t.devs[d].probe.step(d, now, unresolved);
         }
     });

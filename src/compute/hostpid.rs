@@ -1,8 +1,8 @@
 //! Our host PID (docs/design.md "Host PIDs"), the ways it is found: the NVML diff around the
 //! application's first context on a device ([`ctx_creating`], [`ctx_created`]), the container's
 //! claims in the region (each process records the PID it resolved: [`claim`], [`others`]), and the
-//! last-resort [`probe`]. The watcher's NVML evidence (`pidmap`) and the memory correlator (fed by
-//! `truth`'s readings) use the claims from here.
+//! last-resort [`probe`], and what the memory correlator finds ([`found_by_correlation`]; it is fed
+//! by `truth`'s readings). The watcher's NVML evidence (`pidmap`) uses the claims from here.
 
 pub mod probe;
 
@@ -57,6 +57,32 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
 pub(super) fn container_hostpids(c: &Compute) -> Vec<u32> {
     let Some(r) = c.region else { return Vec::new() };
     vgpu_core::slots::live(r.shared()).map(|s| s.hostpid).filter(|&h| h > 0).map(|h| h as u32).collect()
+}
+
+/// Our host PID as NVML reports it on region device `d`, once someone resolved it.
+pub(crate) fn known(d: usize) -> Option<u32> {
+    if let Some(c) = super::try_get()
+        && let Some(h) = c.devs[d].ctl.lock().hostpid
+    {
+        return Some(h);
+    }
+    let st = crate::state::get();
+    st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
+}
+
+/// The memory correlator (fed by `truth`'s readings) names `hp` as our host PID on device `d`:
+/// adopted and claimed unless another way found it first.
+pub(crate) fn found_by_correlation(c: &Compute, d: usize, hp: u32) {
+    let mut ctl = c.devs[d].ctl.lock();
+    if ctl.hostpid.is_some() {
+        return;
+    }
+    ctl.pids.adopt(hp);
+    ctl.hostpid = Some(hp);
+    ctl.corr.reset();
+    drop(ctl);
+    claim(c, d, hp);
+    crate::info!("host pid {hp} found by memory correlation on device {d} (context created out of sight)");
 }
 
 /// Records our host PID in our slot (other processes then eliminate it).
