@@ -61,7 +61,7 @@ pub const ENV_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 pub const ENV_OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
 pub const ENV_ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
 /// `VGPU_HOST_PID_PROBE`: `1`/`true` switches the host-PID probe on (default off). The probe is
-/// the last resort of host-PID resolution (the shim's `compute::hostpid::probe`): while a device is active and
+/// the last resort of host-PID resolution (the shim's `hostpid::probe`): while a device is active and
 /// this process's host PID is still unknown, the watcher thread allocates a block of a size of its
 /// own (4-66 MiB) in the application's primary context, holds it 350 ms for the memory correlator
 /// to match, and frees it. It is memory the application never asked for (not charged to the
