@@ -16,6 +16,7 @@ ci/venv.sh 13 >/dev/null
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 ci/check-docs.sh                 # product text: no development history, every quoted figure in docs/benchmarks.md
+ci/check-modgraph.py             # no import circle between modules (a parent with its own children excepted)
 cargo build --workspace --all-targets
 ci/release.sh                    # release artifact at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2

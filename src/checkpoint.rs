@@ -50,7 +50,7 @@ fn start_asker() -> bool {
     }
     let spawned = std::thread::Builder::new().name("vgpu-ckpt".into()).spawn(move || {
         loop {
-            CALL_SINCE.store(crate::compute::mono_ns().max(1), Ordering::Release);
+            CALL_SINCE.store(crate::clock::mono_ns().max(1), Ordering::Release);
             let mut s: cuda_types::CUprocessState = 0;
             // SAFETY: `s` is a valid out-pointer for the call's duration; our own PID.
             let r = unsafe { get(std::process::id() as i32, &mut s) };

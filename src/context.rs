@@ -5,9 +5,9 @@
 //! runtime that retains per thread allocates in the context) before the context is charged.
 
 use crate::ffi::*;
-use crate::hooks::cuda::pfn;
 use crate::memory::{charge_context, uncharge_context};
 use crate::state;
+use cuda_types::pfn;
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -37,7 +37,7 @@ pub unsafe fn init(real: pfn::cuInit, flags: c_uint) -> CUresult {
         // Attach the region and take our slot now, so the monitor sees the process early.
         let _ = state::get().devices();
         crate::truth::cuda_initialised();
-        crate::driver_limit::probe();
+        crate::driver_limit::probe(|d| state::get().configured_limit(d));
     }
     r
 }
@@ -68,7 +68,7 @@ pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUc
             Err(()) => {
                 // Undo the retain: the context does not fit under the limit.
                 st.primary_refs[d].fetch_sub(1, Ordering::AcqRel);
-                if let Some(release) = crate::hooks::cuda::real::cuDevicePrimaryCtxRelease_v2() {
+                if let Some(release) = crate::driver::cuDevicePrimaryCtxRelease_v2() {
                     unsafe { release(dev) };
                 }
                 return CUDA_ERROR_OUT_OF_MEMORY;
@@ -105,7 +105,7 @@ pub unsafe fn primary_release(real: pfn::cuDevicePrimaryCtxRelease_v2, dev: CUde
 pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice) -> CUresult {
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS {
-        crate::pidprobe::primary_reset(dev);
+        crate::compute::hostpid::probe::primary_reset(dev);
         drop_primary(dev, true);
     }
     r
@@ -118,7 +118,7 @@ fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate:
         let st = state::get();
         let Ok(bytes) = charge_context(dev) else {
             // Undo the creation: the context does not fit under the limit.
-            if let Some(destroy) = crate::hooks::cuda::real::cuCtxDestroy_v2() {
+            if let Some(destroy) = crate::driver::cuCtxDestroy_v2() {
                 unsafe { destroy(*pctx) };
             }
             unsafe { *pctx = std::ptr::null_mut() };
@@ -199,7 +199,7 @@ pub unsafe fn green_ctx_create(
     let st = state::get();
     let Ok(bytes) = charge_context(dev) else {
         // Undo the creation: the green context does not fit under the limit.
-        if let Some(destroy) = crate::hooks::cuda::real::cuGreenCtxDestroy() {
+        if let Some(destroy) = crate::driver::cuGreenCtxDestroy() {
             unsafe { destroy(*pctx) };
         }
         unsafe { *pctx = std::ptr::null_mut() };

@@ -90,6 +90,17 @@ called! {
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v2;
     LIBCUDA fn cuCtxFromGreenCtx;
     LIBCUDA fn cuCheckpointProcessGetState;
+    // Hooked symbols the shim also calls itself (undoing a charge it could not book, unloading
+    // what it measured, the host-PID probe): the driver's function, never our hook.
+    LIBCUDA fn cuDevicePrimaryCtxRetain;
+    LIBCUDA fn cuDevicePrimaryCtxRelease_v2;
+    LIBCUDA fn cuCtxDestroy_v2;
+    LIBCUDA fn cuGreenCtxDestroy;
+    LIBCUDA fn cuMemAlloc_v2;
+    LIBCUDA fn cuMemAllocManaged;
+    LIBCUDA fn cuMemFree_v2;
+    LIBCUDA fn cuModuleUnload;
+    LIBCUDA fn cuLibraryUnload;
 }
 
 /// The calling thread's current context (null if none).

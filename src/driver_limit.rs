@@ -6,8 +6,8 @@
 //! The function is newer than the NVML headers the shim's bindings come from, so its argument
 //! structure (`nvmlGetMemoryLimits_v1_t`, NVML 13.x `nvml.h`) is declared here.
 
+use crate::driver;
 use crate::ffi::*;
-use crate::{driver, state};
 use std::ffi::{CString, c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use vgpu_core::driverlimit::{self, DriverLimits};
@@ -43,8 +43,8 @@ pub fn shown(dev: usize, ours: u64) -> u64 {
     driverlimit::plan(ours, driver_limits(dev)).shown
 }
 
-/// Ask the driver (once per process, after `cuInit`).
-pub fn probe() {
+/// Ask the driver (once per process, after `cuInit`); `configured` is our limit of a region device.
+pub fn probe(configured: impl Fn(usize) -> u64) {
     if PROBED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -60,7 +60,6 @@ pub fn probe() {
         return;
     };
     let Ok(ns_c) = CString::new(ns.clone()) else { return };
-    let st = state::get();
     for (d, hard) in HARD.iter().enumerate() {
         let Some(h) = driver::nvml_handle(d) else { break };
         let mut l = GetMemoryLimitsV1 { name_space: ns_c.as_ptr(), soft_limit: 0, hard_limit: 0, current_used: 0 };
@@ -68,7 +67,7 @@ pub fn probe() {
         if unsafe { get(h, &mut l) } != NVML_SUCCESS {
             continue; // no limits for this cgroup (NOT_FOUND), or not supported
         }
-        let ours = st.configured_limit(d);
+        let ours = configured(d);
         let plan = driverlimit::plan(ours, Some(DriverLimits { soft: l.soft_limit, hard: l.hard_limit }));
         if plan.by_driver {
             hard.store(l.hard_limit, Ordering::Relaxed);

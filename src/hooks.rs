@@ -24,6 +24,8 @@ use crate::ffi::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::AtomicPtr;
 
+mod procaddr;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Lib {
     Cuda,
@@ -165,8 +167,10 @@ macro_rules! hook_table {
 }
 
 pub mod cuda {
+    use super::procaddr;
     use super::*;
-    use crate::{context, driver_costs, launch, memory, pool_place, procaddr};
+    use crate::truth::driver_costs;
+    use crate::{context, launch, memory, pool_place};
 
     hook_table! {
         table = CUDA_HOOKS, lib = Lib::Cuda, ret = CUresult,

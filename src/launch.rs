@@ -10,7 +10,7 @@
 
 use crate::compute;
 use crate::ffi::*;
-use crate::hooks::cuda::pfn;
+use cuda_types::pfn;
 use std::ffi::{c_uint, c_void};
 use vgpu_core::limiter::cost::Sig;
 
@@ -105,7 +105,7 @@ macro_rules! graph_fn {
     ($fname:ident, $pfn:ident, $ptsz:expr) => {
         pub unsafe fn $fname(real: pfn::$pfn, exec: CUgraphExec, stream: CUstream) -> CUresult {
             // Graph memory the launch may add to the driver's pool (driver_costs).
-            let pool = match crate::driver_costs::graph_launch_begin(exec) {
+            let pool = match crate::truth::driver_costs::graph_launch_begin(exec) {
                 Ok(p) => p,
                 Err(code) => return code,
             };
@@ -117,7 +117,7 @@ macro_rules! graph_fn {
                 compute::after(t, r);
                 r
             };
-            crate::driver_costs::graph_launch_end(pool, r);
+            crate::truth::driver_costs::graph_launch_end(pool, r);
             r
         }
     };

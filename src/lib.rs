@@ -6,25 +6,22 @@
 #[macro_use]
 pub mod log;
 mod checkpoint;
+mod clock;
 mod compute;
 mod context;
 mod devices;
 mod dl;
 mod dlsym_hook;
 mod driver;
-mod driver_costs;
 mod driver_limit;
 mod faults;
 mod ffi;
 mod guard;
 mod hooks;
-mod housekeeping;
 mod launch;
 mod memory;
 mod nvml;
 mod pfn_lookup;
-mod pidprobe;
 mod pool_place;
-mod procaddr;
 mod state;
 mod truth;

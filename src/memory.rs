@@ -6,8 +6,8 @@
 
 use crate::driver;
 use crate::ffi::*;
-use crate::hooks::cuda::pfn;
 use crate::state::{self, State};
+use cuda_types::pfn;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
@@ -99,7 +99,7 @@ fn log_refusal(what: &str, dev: usize, bytes: u64, usage: u64, limit: u64) {
     if !crate::log::enabled(crate::log::WARN) {
         return;
     }
-    let now = crate::compute::mono_ns();
+    let now = crate::clock::mono_ns();
     let due = REFUSAL_LINE_DUE.load(Ordering::Relaxed);
     if now < due
         || REFUSAL_LINE_DUE
@@ -188,7 +188,7 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
 /// application frees it with `cuMemFree` as usual.
 unsafe fn spill_to_host(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     const PREFERRED_LOCATION: u32 = 3; // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
-    let Some(managed) = crate::hooks::cuda::real::cuMemAllocManaged() else { return CUDA_ERROR_OUT_OF_MEMORY };
+    let Some(managed) = crate::driver::cuMemAllocManaged() else { return CUDA_ERROR_OUT_OF_MEMORY };
     if unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) } != CUDA_SUCCESS {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -308,7 +308,7 @@ fn alloc_async(
     if let Some(graph) = capture_of(stream, ptsz) {
         let r = alloc();
         if r == CUDA_SUCCESS {
-            crate::driver_costs::captured_alloc(graph, size as u64);
+            crate::truth::driver_costs::captured_alloc(graph, size as u64);
             crate::debug!("{what}: {size} bytes captured into graph {graph:p}: counted when the graph pool grows");
         }
         return r;

@@ -12,8 +12,8 @@
 
 use crate::driver;
 use crate::ffi::*;
-use crate::hooks::nvml::pfn;
 use crate::state::{self, State};
+use cuda_types::pfn;
 use std::ffi::c_uint;
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::views::{self, NvmlListAnswer, NvmlMemory, NvmlMemoryV2};

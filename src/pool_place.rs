@@ -11,7 +11,7 @@
 
 use crate::driver;
 use crate::ffi::*;
-use crate::hooks::cuda::pfn;
+use cuda_types::pfn;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use vgpu_core::locations;

@@ -5,6 +5,8 @@
 //! not use CUDA or NVML creates no file and starts no thread. After `fork` the child forgets the
 //! parent's state (leaking it: the parent still owns it) and builds its own, with its own slot.
 
+mod housekeeping;
+
 use crate::devices::{self, DeviceMap};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
@@ -81,7 +83,7 @@ fn init_slow() -> &'static State {
                 STATE.store(s as *const State as *mut State, Ordering::Release);
                 PHASE.store(READY, Ordering::Release);
                 register_process_hooks();
-                crate::housekeeping::start(s);
+                housekeeping::start(s);
                 return s;
             }
             Err(READY) => return unsafe { &*STATE.load(Ordering::Acquire) },
@@ -375,5 +377,4 @@ extern "C" fn on_fork_child() {
     }
     STATE.store(std::ptr::null_mut(), Ordering::Release);
     PHASE.store(UNINIT, Ordering::Release);
-    crate::truth::fork_child();
 }

@@ -12,8 +12,11 @@
 //! charge ([`hand_over`]: the context's memory is the driver's before the shim charges it). The
 //! tick never waits for it; the refusal path waits at most [`REFUSAL_WAIT`].
 
-use crate::{compute, driver, state};
-use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) mod driver_costs;
+
+use crate::compute::{self, hostpid};
+use crate::{driver, state};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_core::hostpid::{MemCorrelator, Sample};
 use vgpu_core::ledger::ReserveError;
@@ -42,8 +45,8 @@ pub struct DevTruth {
     corr: MemCorrelator,
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
-    /// The last-resort host-PID probe (`pidprobe`).
-    probe: crate::pidprobe::Probe,
+    /// The last-resort host-PID probe (`compute::hostpid::probe`).
+    probe: hostpid::probe::Probe,
     /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
     /// can a probe tell anything.
     correlatable: bool,
@@ -63,6 +66,7 @@ pub static STEPS: AtomicU64 = AtomicU64::new(0);
 /// Run `f` with this process's truth state (fresh after a fork), waiting at most `wait`
 /// (None: never wait). `None` when busy.
 pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Option<R> {
+    register_fork_handler();
     let mut g = match wait {
         None => TRUTH.try_lock()?,
         Some(w) => TRUTH.try_lock_for(w)?,
@@ -79,36 +83,39 @@ pub fn with<R>(wait: Option<Duration>, f: impl FnOnce(&mut Truth) -> R) -> Optio
     Some(f(g.as_mut().expect("set above")))
 }
 
-/// In a forked child: the parent's watcher may have held the lock at the fork.
-pub fn fork_child() {
-    // SAFETY: called from the state's atfork child handler (one thread, forked from outside
-    // the shim).
+/// Registers [`on_fork_child`] once per process image (an inherited registration stays: an
+/// atomic, not `Once`), at `cuInit`: before any of the books it resets can be locked.
+fn register_fork_handler() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.load(Ordering::Relaxed) || DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: registers a child handler that touches only this module's and its children's statics.
+    unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+}
+
+/// In a forked child: the parent's watcher may have held the books' locks at the fork.
+extern "C" fn on_fork_child() {
+    // SAFETY: an atfork child handler (one thread, forked from outside the shim).
     unsafe { TRUTH.force_unlock_in_child() };
-    crate::driver_costs::fork_child();
+    driver_costs::fork_child();
     crate::checkpoint::fork_child();
 }
 
-/// CUDA is initialised in this process: make sure the watcher (which calls [`tick`]) runs, so a
-/// context created out of our sight still gets a host PID and its memory reconciled.
+/// CUDA is initialised in this process: make sure the watcher runs [`tick`], so a context created
+/// out of our sight still gets a host PID and its memory reconciled.
 pub fn cuda_initialised() {
     crate::guard::ffi("truth::cuda_initialised", (), || {
+        register_fork_handler();
+        // Driver-held memory and host-PID correlation are due per device every 100-250 ms, so
+        // they ride the watcher's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
+        compute::watcher::also_run(tick);
         let _ = compute::get();
     })
 }
 
 fn now_ns() -> u64 {
-    compute::mono_ns()
-}
-
-/// Our host PID as NVML reports it on region device `d`, once someone resolved it.
-fn host_pid(d: usize) -> Option<u32> {
-    if let Some(c) = compute::try_get()
-        && let Some(h) = c.devs[d].ctl.lock().hostpid
-    {
-        return Some(h);
-    }
-    let st = state::get();
-    st.region.and_then(|r| vgpu_core::slots::hostpid(r, st.pid)).filter(|&h| h > 0).map(|h| h as u32)
+    crate::clock::mono_ns()
 }
 
 struct Raw {
@@ -155,15 +162,12 @@ fn allowance(d: usize) -> u64 {
     let st = state::get();
     let round =
         |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
-    st.allocs
-        .sum_on(d, round)
-        .saturating_add(st.handles.sum_on(d, round))
-        .saturating_add(crate::driver_costs::pool_slack(d))
+    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(driver_costs::pool_slack(d))
 }
 
 /// (truth, counted) of region device `d` now, if measurable.
 pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
-    let hp = host_pid(d).ok_or(NoTruth::PidUnresolved)?;
+    let hp = hostpid::known(d).ok_or(NoTruth::PidUnresolved)?;
     let dt = &mut t.devs[d];
     let Raw { before, procs, explained, after } = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
@@ -240,19 +244,10 @@ fn correlate(t: &mut Truth, d: usize) {
     let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let oth = compute::watcher::others(c, None);
+    let oth = hostpid::others(c, None);
     let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
-    let mut ctl = c.devs[d].ctl.lock();
-    if ctl.hostpid.is_some() {
-        return;
-    }
-    ctl.pids.adopt(hp);
-    ctl.hostpid = Some(hp);
-    ctl.corr.reset();
-    drop(ctl);
-    compute::watcher::claim(c, d, hp);
-    crate::info!("host pid {hp} found by memory correlation on device {d} (context created out of sight)");
+    hostpid::found_by_correlation(c, d, hp);
 }
 
 /// Is CUDA active on region device `d` in this process (something counted, or a context seen)?
@@ -268,8 +263,8 @@ fn active(d: usize) -> bool {
     compute::try_get().is_some_and(|c| c.devs[d].active.load(Ordering::Relaxed))
 }
 
-/// The periodic reconciliation (from the compute watcher, which every CUDA process runs from
-/// `cuInit` on). Never blocks: skipped while an up-front measurement holds the lock.
+/// The periodic reconciliation (on the compute watcher, which every CUDA process runs from
+/// `cuInit` on: registered by [`cuda_initialised`]). Never blocks: skipped while an up-front measurement holds the lock.
 pub fn tick() {
     if state::try_get().is_none() {
         return;
@@ -283,17 +278,17 @@ pub fn tick() {
             if now < t.devs[d].next || !active(d) {
                 continue;
             }
-            let resolved = host_pid(d).is_some();
+            let resolved = hostpid::known(d).is_some();
             t.devs[d].next = now + if resolved { EVERY_NS } else { RESOLVE_EVERY_NS };
             if !resolved {
                 correlate(t, d);
             }
-            crate::driver_costs::tick(d);
+            driver_costs::tick(d);
             if let Err(why) = reconcile(t, d) {
                 note_no_truth(d, why);
             }
             // After the correlator's sample, so its next one sees a probe's move.
-            let unresolved = host_pid(d).is_none() && t.devs[d].correlatable;
+            let unresolved = hostpid::known(d).is_none() && t.devs[d].correlatable;
             t.devs[d].probe.step(d, now, unresolved);
         }
     });

@@ -2,14 +2,15 @@
 //! admission against the device's bucket with a predicted cost (optionally measured with a timing
 //! event pair). [`before`] runs before the real launch, [`after`] with its result.
 
+use super::firstgate::{release_first_gate, take_first_gate};
 use super::samples::EventPair;
 use super::{Compute, api, get, mono_ns, now_unix_s, sleep_until};
 use crate::ffi::*;
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
-use vgpu_core::limiter::cost::{self, Prediction, Sig};
+use vgpu_core::limiter::cost::lowcost;
+use vgpu_core::limiter::cost::{Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
-use vgpu_core::limiter::lowcost;
 use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
@@ -91,7 +92,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
                 first_wait_until = now + FIRST_SAMPLE_WAIT_NS;
             }
             if now < first_wait_until {
-                super::watcher::kick();
+                super::kick();
                 sleep_until(now + FIRST_SAMPLE_POLL_NS);
                 continue;
             }
@@ -152,30 +153,6 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
     Some(Ticket { d, sig, pred, charged, params, sample, idle_rec_ns, launch_ns: mono_ns() })
 }
 
-/// Takes the container's first-sample gate for a launch of unknown cost (or holds it already);
-/// false: another process's launch of unknown cost is in flight.
-fn take_first_gate(c: &Compute, d: usize, now: u64) -> bool {
-    let mut ctl = c.devs[d].ctl.lock();
-    if ctl.model.holds_gate() {
-        return true;
-    }
-    match cost::claim_first(Words(c.bucket_state(d)).first_gate(), now) {
-        Some(token) => {
-            ctl.model.hold_gate(token);
-            true
-        }
-        None => false,
-    }
-}
-
-/// Frees the container's first-sample gate once this process's launches of unknown cost are
-/// measured (or were not measured after all).
-pub fn release_first_gate(c: &Compute, d: usize) {
-    if let Some(token) = c.devs[d].ctl.lock().model.gate_to_release() {
-        cost::release_first(Words(c.bucket_state(d)).first_gate(), token);
-    }
-}
-
 fn after_inner(t: Ticket, r: CUresult) {
     let c = get();
     let d = t.d;
@@ -202,7 +179,7 @@ fn after_launch(c: &Compute, t: Ticket, r: CUresult) {
             dev.ctl.lock().model.sample_started(t.sig, mono_ns());
             let gap = if t.idle_rec_ns != 0 { t.launch_ns.saturating_sub(t.idle_rec_ns) } else { 0 };
             c.samples.lock().push_pending(t.d, t.sig, p, gap);
-            super::watcher::kick();
+            super::kick();
         } else {
             c.samples.lock().discard(p);
         }

@@ -7,15 +7,21 @@
 //!   creation (never in a constructor); it starts the [`watcher`] thread.
 //! * [`gate`]: admission of one launch (feedback words, monitor block, capture check, bucket).
 //! * [`samples`]: timing-event pools per context and samples in flight.
-//! * [`watcher`]: polls samples, control words, NVML; resolves the host PID; re-arms [`GATE`].
+//! * [`watcher`]: polls samples, control words, NVML; re-arms [`GATE`].
+//! * [`hostpid`]: our host PID (context-creation diff, the container's claims, the probe); the
+//!   memory correlator's readings come from `truth`.
 
 pub mod api;
 mod burst;
+mod firstgate;
 mod gate;
+pub(crate) mod hostpid;
 mod samples;
 pub(crate) mod watcher;
 
+pub use crate::clock::{mono_ns, wall_ns};
 pub use gate::{after, after_multi, before, before_multi};
+pub use hostpid::{CtxSnapshot, ctx_created, ctx_creating};
 
 use crate::ffi::*;
 use crate::state;
@@ -46,21 +52,6 @@ pub fn arm() {
     }
 }
 
-/// CLOCK_MONOTONIC ns.
-pub fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-pub fn wall_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
-}
-
-fn clock_ns(c: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(c, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Sleeps until CLOCK_MONOTONIC `t` (absolute; no spinning).
 pub fn sleep_until(t: u64) {
     let ts =
@@ -71,6 +62,16 @@ pub fn sleep_until(t: u64) {
             return;
         }
     }
+}
+
+/// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
+/// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
+/// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
+static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
+
+/// Wake the watcher now (a sample was started, a context created).
+pub fn kick() {
+    KICK.notify();
 }
 
 /// What the watcher and the launch path share per device (region index).
@@ -290,68 +291,6 @@ pub fn now_unix_s() -> u64 {
 }
 
 // ---- hooks called by the rest of the shim (context.rs, lib.rs) ----------------------------
-
-/// NVML snapshot taken before the application's first context on a device (host-PID diff).
-pub struct CtxSnapshot {
-    d: usize,
-    before: Vec<u32>,
-}
-
-/// Before a real context creation on CUDA ordinal `dev`. Cheap after the first per device.
-pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
-    crate::guard::ffi("compute::ctx_creating", None, || {
-        let c = get();
-        let d = c.region_index(dev);
-        if c.devs[d].ctl.lock().first_ctx_seen {
-            return None;
-        }
-        let h = api::nvml_handle(d)?;
-        let before = api::nvml_processes(h)?.into_iter().map(|(p, _)| p).collect();
-        Some(CtxSnapshot { d, before })
-    })
-}
-
-/// After it, with the driver's result. When the diff names our host PID (alone, or by fork order)
-/// it is
-/// claimed at once (so the memory side's context charge, which asks NVML about our PID, finds it);
-/// otherwise the watcher keeps resolving.
-pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
-    crate::guard::ffi("compute::ctx_created", (), || {
-        if r != CUDA_SUCCESS {
-            return;
-        }
-        let c = get();
-        let d = snap.as_ref().map_or_else(|| c.region_index(dev), |s| s.d);
-        c.devs[d].active.store(true, Ordering::Relaxed);
-        let after: Option<Vec<u32>> = snap
-            .as_ref()
-            .and_then(|_| api::nvml_handle(d))
-            .and_then(api::nvml_processes)
-            .map(|v| v.into_iter().map(|(p, _)| p).collect());
-        let mut ctl = c.devs[d].ctl.lock();
-        if ctl.first_ctx_seen {
-            return;
-        }
-        ctl.first_ctx_seen = true;
-        if let (Some(s), Some(a)) = (snap, after) {
-            ctl.pids.set_before(s.before);
-            ctl.pids.set_after(a.clone());
-            let oth = watcher::others(c, None);
-            let view = oth.view(&a, c.pid as u32);
-            if let Some((hp, how)) = ctl.pids.step(&view) {
-                use vgpu_core::limiter::pidmap::How;
-                if matches!(how, How::Unique | How::Order) {
-                    ctl.hostpid = Some(hp);
-                    drop(ctl);
-                    watcher::claim(c, d, hp);
-                    return;
-                }
-            }
-        }
-        drop(ctl);
-        watcher::kick();
-    })
-}
 
 /// A context was destroyed: forget its timing events (they died with it).
 pub fn ctx_destroyed(ctx: CUcontext) {

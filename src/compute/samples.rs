@@ -6,7 +6,7 @@ use crate::ffi::*;
 use std::collections::HashMap;
 use vgpu_core::limiter::bucket::{Bucket, Params};
 use vgpu_core::limiter::cost::Sig;
-use vgpu_core::limiter::lowcost;
+use vgpu_core::limiter::cost::lowcost;
 use vgpu_core::limiter::words::Words;
 
 /// Free events kept per context.
@@ -169,7 +169,7 @@ pub fn poll(c: &Compute) -> bool {
                 drop(ctl);
             }
         }
-        super::gate::release_first_gate(c, p.d);
+        super::firstgate::release_first_gate(c, p.d);
     }
     let mut s = c.samples.lock();
     for (p, ns) in done {

@@ -5,10 +5,10 @@
 //! the container's measured share. It runs in RELAXED capture mode and never holds a lock across a
 //! driver call that the launch path needs.
 
-use super::{Compute, api, mono_ns, samples, wall_ns};
-use std::sync::atomic::{AtomicBool, Ordering};
+use super::hostpid::{claim, container_hostpids, others};
+use super::{Compute, KICK, api, mono_ns, samples, wall_ns};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
-use vgpu_core::limiter::pidmap::View;
 use vgpu_core::limiter::words::{SENSOR_NVML, SENSOR_SELF};
 use vgpu_core::limiter::{PPM, nvmlspan};
 use vgpu_core::region::MAX_DEVICES;
@@ -18,14 +18,13 @@ const IDLE_POLL: Duration = Duration::from_millis(20);
 const CONTROL_EVERY_NS: u64 = 20_000_000;
 const NVML_EVERY_NS: u64 = 250_000_000;
 
-/// Wakes the watcher early. One futex word and a counter: a forked child inherits no waiter queue
-/// (the parent's watcher sleeping on it at the fork is in the parent's address space only), so
-/// its first kick neither blocks nor wakes a ghost (docs/design.md "Fork").
-static KICK: vgpu_core::sync::Event = vgpu_core::sync::Event::new();
+/// Work of a module above this one that rides this thread's 20 ms cadence (`truth::tick`,
+/// registered at `cuInit`), so the watcher runs it without depending on that module.
+static ALSO_RUN: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Wake the watcher now (a sample was started, a context created).
-pub fn kick() {
-    KICK.notify();
+/// Runs `f` on the watcher every round from now on (one function; a later call replaces it).
+pub(crate) fn also_run(f: fn()) {
+    ALSO_RUN.store(f as *mut (), Ordering::Release);
 }
 
 pub fn start(c: &'static Compute) {
@@ -89,9 +88,12 @@ fn run(c: &'static Compute) {
             };
             (0..MAX_DEVICES).for_each(|d| super::burst::tick(c, d));
         }
-        // Driver-held memory and host-PID correlation: due per device every 100-250 ms, so it
-        // rides this thread's 20 ms cadence (housekeeping's 250 ms would slow PID resolution).
-        crate::truth::tick();
+        let also = ALSO_RUN.load(Ordering::Acquire);
+        if !also.is_null() {
+            // SAFETY: only `also_run` stores here, and what it stores is a `fn()`.
+            let f = unsafe { std::mem::transmute::<*mut (), fn()>(also) };
+            f();
+        }
         for (d, n) in nv.iter_mut().enumerate() {
             if c.devs[d].active.load(Ordering::Relaxed) && now >= n.next {
                 n.next = now + NVML_EVERY_NS;
@@ -106,64 +108,6 @@ fn run(c: &'static Compute) {
 fn wall_us_to_mono(us: u64) -> u64 {
     let off = wall_ns() as i128 - mono_ns() as i128;
     (us as i128 * 1000 - off).max(0) as u64
-}
-
-/// What the region says about the other processes of the container.
-pub(crate) struct Others {
-    /// Host PIDs claimed by other live slots.
-    pub claimed: Vec<u32>,
-    /// Their (pid, host pid) pairs.
-    pub pairs: Vec<(u32, u32)>,
-    /// Pids of live slots without a host PID (ours included).
-    pub unresolved: Vec<u32>,
-}
-
-impl Others {
-    pub fn view<'a>(&'a self, present: &'a [u32], my_pid: u32) -> View<'a> {
-        View { present, claimed: &self.claimed, my_pid, pairs: &self.pairs, unresolved: &self.unresolved }
-    }
-}
-
-/// The other live slots of the region. A slot with a lower index that claims the same PID as we
-/// do wins it (so two claimants never both yield).
-pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
-    let mut o = Others { claimed: Vec::new(), pairs: Vec::new(), unresolved: vec![c.pid as u32] };
-    let Some(r) = c.region else { return o };
-    let sh = r.shared();
-    let my_idx = vgpu_core::slots::live(sh).find(|s| s.pid == c.pid).map(|s| s.index);
-    for s in vgpu_core::slots::live(sh) {
-        let (k, pid, h) = (s.index, s.pid, s.hostpid);
-        if pid == c.pid || pid <= 0 {
-            continue;
-        }
-        if h <= 0 {
-            o.unresolved.push(pid as u32);
-            continue;
-        }
-        let h = h as u32;
-        if Some(h) == mine && my_idx.is_some_and(|m| m < k) {
-            continue; // we keep it
-        }
-        o.claimed.push(h);
-        o.pairs.push((pid as u32, h));
-    }
-    o
-}
-
-/// Host PIDs of the container's live slots (ours included once resolved).
-pub(super) fn container_hostpids(c: &Compute) -> Vec<u32> {
-    let Some(r) = c.region else { return Vec::new() };
-    vgpu_core::slots::live(r.shared()).map(|s| s.hostpid).filter(|&h| h > 0).map(|h| h as u32).collect()
-}
-
-/// Records our host PID in our slot (other processes then eliminate it).
-pub(crate) fn claim(c: &Compute, d: usize, hp: u32) {
-    if let Some(r) = c.region
-        && let Err(e) = vgpu_core::slots::set_hostpid(r, c.pid, hp as i32)
-    {
-        crate::debug!("compute: cannot record host pid {hp}: {e}");
-    }
-    crate::debug!("compute: device {d}: host pid {hp}");
 }
 
 fn write_sm_util(c: &Compute, d: usize, v: u64, last: &mut Option<u64>) {

@@ -43,10 +43,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_REGION_PATH: &str = "/tmp/cudevshr.cache";
-pub const HOOK_DIR: &str = "/usr/local/vgpu";
-pub const PID1_ENVIRON: &str = "/proc/1/environ";
-pub const OVERRIDE_ENV_PATH: &str = "/overrideEnv";
+// The sources and paths are the configuration's vocabulary (its callers name them through here).
+pub use crate::sources::{
+    ConfigSources, DEFAULT_REGION_PATH, HOOK_DIR, OVERRIDE_ENV_PATH, PID1_ENVIRON, SystemSources,
+};
 
 pub const ENV_MEMORY_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
 pub const ENV_SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
@@ -61,7 +61,7 @@ pub const ENV_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 pub const ENV_OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
 pub const ENV_ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
 /// `VGPU_HOST_PID_PROBE`: `1`/`true` switches the host-PID probe on (default off). The probe is
-/// the last resort of host-PID resolution (the shim's `pidprobe`): while a device is active and
+/// the last resort of host-PID resolution (the shim's `hostpid::probe`): while a device is active and
 /// this process's host PID is still unknown, the watcher thread allocates a block of a size of its
 /// own (4-66 MiB) in the application's primary context, holds it 350 ms for the memory correlator
 /// to match, and frees it. It is memory the application never asked for (not charged to the
@@ -72,58 +72,6 @@ pub const ENV_ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
 /// applies to what was counted. Process env (empty = unset, as every variable); a malformed
 /// value warns and leaves the probe off.
 pub const ENV_HOST_PID_PROBE: &str = "VGPU_HOST_PID_PROBE";
-
-/// Injectable access to the machine, so tests do not depend on it.
-pub trait ConfigSources {
-    /// A process environment variable (lossy UTF-8), `None` if unset.
-    fn env(&self, key: &str) -> Option<String>;
-    /// Whole file contents, `None` if unreadable.
-    fn read_file(&self, path: &Path) -> Option<Vec<u8>>;
-    fn exists(&self, path: &Path) -> bool;
-    /// Names of the regular files in a directory, `None` if unreadable.
-    fn list_dir(&self, path: &Path) -> Option<Vec<String>>;
-    /// Names of the subdirectories of a directory (regionpath.rs's KAI discovery); none by default.
-    fn list_subdirs(&self, _path: &Path) -> Option<Vec<String>> {
-        None
-    }
-
-    /// Names of all process environment variables (for the out-of-range index check).
-    fn env_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-}
-
-/// The real machine.
-pub struct SystemSources;
-
-impl ConfigSources for SystemSources {
-    fn env(&self, key: &str) -> Option<String> {
-        std::env::var_os(key).map(|v| v.to_string_lossy().into_owned())
-    }
-    fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
-        std::fs::read(path).ok()
-    }
-    fn exists(&self, path: &Path) -> bool {
-        std::fs::symlink_metadata(path).is_ok()
-    }
-    fn env_names(&self) -> Vec<String> {
-        std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect()
-    }
-    fn list_dir(&self, path: &Path) -> Option<Vec<String>> {
-        let rd = std::fs::read_dir(path).ok()?;
-        let mut out = Vec::new();
-        for e in rd.flatten() {
-            // metadata() follows symlinks: a link to a regular file counts as a file.
-            if std::fs::metadata(e.path()).map(|m| m.is_file()).unwrap_or(false) {
-                out.push(e.file_name().to_string_lossy().into_owned());
-            }
-        }
-        Some(out)
-    }
-    fn list_subdirs(&self, path: &Path) -> Option<Vec<String>> {
-        crate::regionpath::system_subdirs(path)
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CorePolicy {

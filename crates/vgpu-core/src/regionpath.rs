@@ -18,7 +18,7 @@
 //!    `/proc/self/cgroup` when several exist) is.
 //! 4. `/tmp/cudevshr.cache`.
 
-use crate::config::{ConfigSources, DEFAULT_REGION_PATH, HOOK_DIR};
+use crate::sources::{ConfigSources, DEFAULT_REGION_PATH, HOOK_DIR};
 use std::path::{Path, PathBuf};
 
 pub const ENV_POD_UID: &str = "POD_UID";
@@ -110,17 +110,6 @@ fn single_kai(src: &dyn ConfigSources, dir: &Path, pod_uid: Option<&str>) -> Opt
         found.retain(|(n, _)| n.to_ascii_lowercase().starts_with(&format!("{uid}_")));
     }
     (found.len() == 1).then(|| found.remove(0).1)
-}
-
-/// Subdirectory names of `dir` on the real machine (symlinks to directories count).
-pub fn system_subdirs(dir: &Path) -> Option<Vec<String>> {
-    let rd = std::fs::read_dir(dir).ok()?;
-    Some(
-        rd.flatten()
-            .filter(|e| std::fs::metadata(e.path()).map(|m| m.is_dir()).unwrap_or(false))
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-    )
 }
 
 /// Step 3 of the order: the discovered region, if exactly one place answers.

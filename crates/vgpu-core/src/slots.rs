@@ -20,7 +20,7 @@
 
 use crate::lock::LockError;
 use crate::region::*;
-use crate::regionfile::{Region, RegionGuard};
+use crate::regionmap::{Region, RegionGuard};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
 

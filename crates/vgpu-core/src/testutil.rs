@@ -24,8 +24,8 @@ impl Drop for TempPath {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
-        // A region file's hidden second link (regionplace), made beside it.
-        let _ = std::fs::remove_file(crate::regionplace::anchor_path(&self.0));
+        // A region file's hidden second link (regionanchor), made beside it.
+        let _ = std::fs::remove_file(crate::regionanchor::anchor_path(&self.0));
     }
 }
 

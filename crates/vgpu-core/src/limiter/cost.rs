@@ -32,7 +32,9 @@
 //!   n-th of n first samples measured n kernels), and a newcomer beside a burster takes its later
 //!   first samples after the burster has yielded, not behind its queue.
 
-use super::lowcost::Low;
+pub mod lowcost;
+
+use lowcost::Low;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
@@ -78,7 +80,7 @@ pub const EVICT_AGE_NS: u64 = 10_000_000_000;
 /// kernel runs long does not hold the others' first launches for longer).
 pub const FIRST_GATE_HOLD_NS: u64 = 500_000_000;
 /// A signature is young in a process for this long after its first prediction: the container's
-/// lowest cost of its shape caps even a confirmed estimate ([`super::lowcost`]).
+/// lowest cost of its shape caps even a confirmed estimate ([`lowcost`]).
 pub const YOUNG_NS: u64 = 2_000_000_000;
 /// ... then the cap rises linearly from the container's lowest cost to the process's own
 /// estimate over this long.
@@ -371,7 +373,7 @@ impl CostModel {
     }
 
     /// [`CostModel::predict`] with the container's lowest cost of the launch's shape
-    /// ([`super::lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
+    /// ([`lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
     /// signature without an estimate is guessed at a *confirmed* one (a basis: no first-sample
     /// wait, no gate).
     pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
@@ -487,7 +489,7 @@ impl CostModel {
     }
 
     /// This process's estimate of `sig` and whether its samples confirm it (what it offers to the
-    /// container's lowest costs, [`super::lowcost::offer`]).
+    /// container's lowest costs, [`lowcost::offer`]).
     pub fn shared_estimate(&self, sig: &Sig) -> Option<(u64, bool)> {
         let e = self.map.get(sig)?;
         e.est.value().map(|v| (v, e.est.confirmed()))

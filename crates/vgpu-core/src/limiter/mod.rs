@@ -8,7 +8,7 @@
 //!   shared up to `CUDA_DEVICE_SM_CEILING`).
 //! * [`cost`]: per-signature cost prediction from sparse timing samples, reconciliation of
 //!   guessed charges.
-//! * [`lowcost`]: the container's lowest measured cost per launch shape, shared by its processes
+//! * [`cost::lowcost`]: the container's lowest measured cost per launch shape, shared by its processes
 //!   (a cap on estimates a process has not confirmed yet).
 //! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
 //! * [`feedback`]: HAMi's `utilization_switch` / `recent_kernel` / `last_kernel_time` and the
@@ -22,7 +22,6 @@ pub mod burst;
 pub mod correction;
 pub mod cost;
 pub mod feedback;
-pub mod lowcost;
 pub mod nvmlspan;
 pub mod pidmap;
 pub mod words;

@@ -10,8 +10,8 @@
 use super::bucket::{Admission, Bucket, Params};
 use super::burst::{self, Limits, Observation};
 use super::correction::Correction;
+use super::cost::lowcost;
 use super::cost::{self, CostModel, Sig};
-use super::lowcost;
 use super::words::Words;
 use super::words::new_state;
 use crate::region::DeviceLimiterState;

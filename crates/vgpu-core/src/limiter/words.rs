@@ -86,7 +86,7 @@ impl<'a> Words<'a> {
     }
     /// Words 15-18: the container's lowest costs per launch shape.
     #[inline]
-    pub fn low_costs(&self) -> [&'a AtomicU64; super::lowcost::ENTRIES] {
+    pub fn low_costs(&self) -> [&'a AtomicU64; super::cost::lowcost::ENTRIES] {
         let r = &self.0.reserved;
         [&r[1], &r[2], &r[3], &r[4]]
     }

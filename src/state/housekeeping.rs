@@ -75,7 +75,7 @@ pub fn tick(st: &State) {
 fn sweep_dead(st: &State, region: &vgpu_core::regionfile::Region) {
     // One scan per period for the whole container (each probe is a system call or two per
     // slot: every process scanning every slot would cost the node n² probes per period).
-    if !slots::take_scan_turn(region, crate::compute::mono_ns(), PERIOD.as_nanos() as u64) {
+    if !slots::take_scan_turn(region, crate::clock::mono_ns(), PERIOD.as_nanos() as u64) {
         return;
     }
     let n = region.shared().proc_num.load(Ordering::Relaxed).clamp(0, 1024) as usize;

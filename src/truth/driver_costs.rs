@@ -7,8 +7,8 @@
 //! own paths) is caught by the periodic reconciliation.
 
 use crate::ffi::*;
-use crate::hooks::cuda::{pfn, real};
 use crate::{driver, state, truth};
+use cuda_types::pfn;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,7 +39,7 @@ fn module_loaded(what: &str, pm: *mut CUmodule, op: impl FnOnce() -> CUresult) -
         op,
         || unsafe { *pm } as u64,
         |k| {
-            if let Some(unload) = real::cuModuleUnload() {
+            if let Some(unload) = driver::cuModuleUnload() {
                 unsafe { unload(k as CUmodule) };
             }
             unsafe { *pm = std::ptr::null_mut() };
@@ -60,7 +60,7 @@ fn library_loaded(what: &str, pl: *mut CUlibrary, op: impl FnOnce() -> CUresult)
         op,
         || unsafe { *pl } as u64,
         |k| {
-            if let Some(unload) = real::cuLibraryUnload() {
+            if let Some(unload) = driver::cuLibraryUnload() {
                 unsafe { unload(k as CUlibrary) };
             }
             unsafe { *pl = std::ptr::null_mut() };

@@ -28,8 +28,8 @@
 //! frees can match it. A `cuDevicePrimaryCtxReset` meanwhile destroys it with the context: the
 //! probe then only forgets it.
 
+use crate::driver;
 use crate::ffi::*;
-use crate::hooks::cuda::real;
 use crate::state;
 use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_core::reconcile::GRANULE;
@@ -166,7 +166,7 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
     let first = st.devices().ordinals_of(d).first().copied();
     let ordinal = first.filter(|&o| (o as usize) < MAX_DEVICES).ok_or("no CUDA ordinal")?;
     let (Some(state_of), Some(retain), Some(alloc)) =
-        (crate::driver::cuDevicePrimaryCtxGetState(), real::cuDevicePrimaryCtxRetain(), real::cuMemAlloc_v2())
+        (driver::cuDevicePrimaryCtxGetState(), driver::cuDevicePrimaryCtxRetain(), driver::cuMemAlloc_v2())
     else {
         return Err("driver entry points missing");
     };
@@ -192,7 +192,7 @@ fn acquire(d: usize, bytes: u64, until: u64) -> Result<Held, &'static str> {
 fn release(d: usize, h: Held) {
     let reset = RESETS[h.ordinal as usize].load(Ordering::Acquire) != h.resets;
     if !reset {
-        if let Some(free) = real::cuMemFree_v2() {
+        if let Some(free) = driver::cuMemFree_v2() {
             in_ctx(h.ctx, || unsafe { free(h.ptr) });
         }
         release_ctx(h.ordinal);
@@ -201,7 +201,7 @@ fn release(d: usize, h: Held) {
 }
 
 fn release_ctx(ordinal: CUdevice) {
-    if let Some(rel) = real::cuDevicePrimaryCtxRelease_v2() {
+    if let Some(rel) = driver::cuDevicePrimaryCtxRelease_v2() {
         unsafe { rel(ordinal) };
     }
 }

@@ -125,7 +125,7 @@ unsafe fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version:
 /// # Safety
 /// The `hooks` contract: `real` is the driver's `cuGetProcAddress`, arguments are the caller's.
 pub unsafe fn get_proc_address(
-    real: crate::hooks::cuda::pfn::cuGetProcAddress,
+    real: cuda_types::pfn::cuGetProcAddress,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cuda_version: c_int,
@@ -141,7 +141,7 @@ pub unsafe fn get_proc_address(
 /// # Safety
 /// The `hooks` contract: `real` is the driver's `cuGetProcAddress_v2`, arguments are the caller's.
 pub unsafe fn get_proc_address_v2(
-    real: crate::hooks::cuda::pfn::cuGetProcAddress_v2,
+    real: cuda_types::pfn::cuGetProcAddress_v2,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cuda_version: c_int,

@@ -22,7 +22,7 @@
 //!   within ~32 s.
 //! * **Safety.** The value caps *unconfirmed* estimates, and confirmed ones while the signature is
 //!   young in the process, the cap then rising to the process's own estimate over
-//!   [`super::cost::RAMP_NS`] ([`super::cost`]); after that a process's own confirmed estimate is
+//!   [`super::RAMP_NS`] ([`super`]); after that a process's own confirmed estimate is
 //!   what it is charged. A confirming sample re-prices the whole open account at the process's
 //!   own estimate, so a value that is too low (a shared shape, a stale word) costs a bounded
 //!   under-charge (a few launches, or the young period for two kernels of one shape).
@@ -33,12 +33,12 @@
 //!   signature a process has never measured (no first-sample wait): a single first sample may be
 //!   inflated by tens of ms, and other processes charged at it would start in debt.
 
-use super::cost::{CLUSTER_PPM, MIN_SAMPLE_NS, Sig};
+use super::{CLUSTER_PPM, MIN_SAMPLE_NS, Sig};
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::{AcqRel, Acquire};
 
 pub const ENTRIES: usize = 4;
-/// An entry's lifetime unit (the cost floor's horizon, [`super::cost::FLOOR_BUCKETS`] s).
+/// An entry's lifetime unit (the cost floor's horizon, [`super::FLOOR_BUCKETS`] s).
 pub const EPOCH_NS: u64 = 16_000_000_000;
 const NS_BITS: u32 = 39;
 const NS_MASK: u64 = (1 << NS_BITS) - 1;
