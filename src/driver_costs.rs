@@ -245,8 +245,71 @@ pub unsafe fn graph_add_mem_alloc_node(
 ) -> CUresult {
     let r = unsafe { real(node, graph, deps, n, params) };
     if r == CUDA_SUCCESS && !params.is_null() {
-        let bytes = (unsafe { (*params).bytesize } as u64).div_ceil(GRANULE) * GRANULE;
-        book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+        alloc_node_added(graph, unsafe { (*params).bytesize } as u64);
+    }
+    r
+}
+
+/// A memory-allocation node of `bytes` is part of `graph`: its launches may grow the graph pool.
+fn alloc_node_added(graph: CUgraph, bytes: u64) {
+    let bytes = bytes.div_ceil(GRANULE) * GRANULE;
+    book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+}
+
+/// The generic node parameters of a node `cuGraphAddNode*` added: a memory-allocation node counts
+/// like one of `cuGraphAddMemAllocNode`; other node types allocate nothing.
+///
+/// # Safety
+/// `params` is null or the caller's `CUgraphNodeParams`, valid for reads.
+unsafe fn generic_node_added(graph: CUgraph, params: *const CUgraphNodeParams) {
+    if params.is_null() {
+        return;
+    }
+    // SAFETY: `params` points to the caller's parameters (the function's contract). For a
+    // memory-allocation node the union (`reserved1`, 232 bytes, 8-aligned) holds its `alloc`
+    // member, a CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes) at the union's start.
+    unsafe {
+        if (*params).type_ == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            let alloc = std::ptr::addr_of!((*params).reserved1) as *const CUDA_MEM_ALLOC_NODE_PARAMS;
+            alloc_node_added(graph, (*alloc).bytesize as u64);
+        }
+    }
+}
+
+const _: () = assert!(
+    size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() <= size_of::<[i64; 29]>()
+        && align_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() <= align_of::<[i64; 29]>()
+);
+
+/// `cuGraphAddNode` (12.2).
+pub unsafe fn graph_add_node(
+    real: pfn::cuGraphAddNode,
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    let r = unsafe { real(node, graph, deps, n, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { generic_node_added(graph, params) };
+    }
+    r
+}
+
+/// `cuGraphAddNode_v2` (12.3) and `_v3` (13.4): the same with edge data.
+pub unsafe fn graph_add_node_with_edges(
+    real: pfn::cuGraphAddNode_v2,
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    let r = unsafe { real(node, graph, deps, edges, n, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { generic_node_added(graph, params) };
     }
     r
 }
@@ -272,16 +335,60 @@ pub unsafe fn graph_instantiate(
     flags: u64,
 ) -> CUresult {
     let r = unsafe { real(exec, graph, flags) };
-    if r == CUDA_SUCCESS && !exec.is_null() {
-        let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
-        if bytes > 0
-            && let Some(o) = driver::current_ordinal()
-        {
-            book(|b| b.execs.insert(unsafe { *exec } as u64, (bytes, o)));
-            ANY_MEM_EXEC.store(true, Ordering::Release);
-        }
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
     }
     r
+}
+
+/// `cuGraphInstantiate` (10.0) and `_v2` (11.0), the ABIs with an error node and a log buffer.
+pub unsafe fn graph_instantiate_with_log(
+    real: pfn::cuGraphInstantiate,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    let r = unsafe { real(exec, graph, error_node, log, log_size) };
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
+    }
+    r
+}
+
+/// `cuGraphInstantiateWithParams` (12.0, and its per-thread-stream form).
+pub unsafe fn graph_instantiate_with_params(
+    real: pfn::cuGraphInstantiateWithParams,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    let r = unsafe { real(exec, graph, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
+    }
+    r
+}
+
+/// `graph` was instantiated into `*exec`: an executable of a graph with memory nodes is checked at
+/// its launches.
+///
+/// # Safety
+/// `exec` is null or the caller's out-pointer the driver just filled.
+unsafe fn instantiated(exec: *mut CUgraphExec, graph: CUgraph) {
+    if exec.is_null() {
+        return;
+    }
+    let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
+    if bytes > 0
+        && let Some(o) = driver::current_ordinal()
+    {
+        // SAFETY: `exec` is valid and the driver wrote the executable there (the contract).
+        let e = unsafe { *exec } as u64;
+        book(|b| b.execs.insert(e, (bytes, o)));
+        ANY_MEM_EXEC.store(true, Ordering::Release);
+    }
 }
 
 pub unsafe fn graph_exec_destroy(real: pfn::cuGraphExecDestroy, exec: CUgraphExec) -> CUresult {

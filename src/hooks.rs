@@ -232,7 +232,14 @@ pub mod cuda {
         fn cuLibraryUnload(library: CUlibrary) => driver_costs::library_unload;
         fn cuCtxSetLimit(limit: CUlimit, value: usize) => driver_costs::ctx_set_limit;
         fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) => driver_costs::graph_add_mem_alloc_node;
+        fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node;
+        fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const CUgraphEdgeData, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node_with_edges;
+        fn cuGraphAddNode_v3(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const CUgraphEdgeData, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node_with_edges;
+        fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => driver_costs::graph_instantiate_with_log;
+        fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => driver_costs::graph_instantiate_with_log;
         fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) => driver_costs::graph_instantiate;
+        fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
+        fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
         fn cuGraphExecDestroy(exec: CUgraphExec) => driver_costs::graph_exec_destroy;
         fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
         fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;

@@ -208,6 +208,12 @@ fn driver_costs_over_the_limit_fail_with_oom_and_are_undone() {
     let g = a.ok("graph 256");
     assert_eq!(a.rc(&format!("graph_launch {g}")), OOM);
     assert_eq!(driver_used(&sb, a.pid), before, "the refused launch was not made");
+    // Whichever ABI of cuGraphInstantiate the graph was instantiated with.
+    for version in [10000, 11000, 12000] {
+        let g = a.ok(&format!("graph_at 256 {version}"));
+        assert_eq!(a.rc(&format!("graph_launch {g}")), OOM, "instantiated through cuGraphInstantiate @ {version}");
+        assert_eq!(driver_used(&sb, a.pid), before, "the refused launch was not made (@ {version})");
+    }
     let m = slot_mem(&region, a.pid);
     assert_eq!(m.total, before);
     assert_split_adds_up(&m);

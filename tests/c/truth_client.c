@@ -12,6 +12,9 @@
  *   limit L V               cuCtxSetLimit(L, V)
  *   graph MIB [KEEP]        graph with one MIB MiB memory-allocation node and a free node of it
  *                           (KEEP=1: no free node), instantiated -> id
+ *   graph_at MIB VER        the same graph (with its free node), instantiated through the pointer
+ *                           cuGetProcAddress_v2("cuGraphInstantiate", VER) hands out: the
+ *                           (exec, graph, errNode, log, size) ABI below 12000 -> id
  *   graph_launch ID         cuGraphLaunch on the NULL stream + cuCtxSynchronize
  *   trim ORD                cuDeviceGraphMemTrim
  *   graph_attr ORD          cuDeviceGetGraphMemAttribute -> used reserved (the driver's own figures)
@@ -167,6 +170,29 @@ int main(void) {
             if (!rc && !b) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
             if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, 0);
             printf("rc=%d id=%d dptr=%llx\n", rc, rc ? -1 : add(e), p.dptr);
+        } else if (!strcmp(cmd, "graph_at")) {
+            CUgraph g = NULL;
+            CUgraphNode n = NULL, fn_ = NULL;
+            CUgraphExec e = NULL;
+            MemAllocNodeParams p;
+            memset(&p, 0, sizeof p);
+            p.allocType = 1; /* pinned */
+            p.locType = 1;   /* device */
+            p.bytesize = (size_t)a << 20;
+            void *f = NULL;
+            int rc = cuGetProcAddress_v2("cuGraphInstantiate", &f, (int)b, 0, NULL);
+            if (!rc && !f) rc = 500; /* CUDA_ERROR_NOT_FOUND */
+            if (!rc) rc = cuGraphCreate(&g, 0);
+            if (!rc) rc = cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+            if (!rc) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
+            if (!rc && b < 12000) {
+                char log[64];
+                CUgraphNode err = NULL;
+                rc = ((CUresult (*)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))f)(&e, g, &err, log, sizeof log);
+            } else if (!rc) {
+                rc = ((CUresult (*)(CUgraphExec *, CUgraph, unsigned long long))f)(&e, g, 0);
+            }
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
         } else if (!strcmp(cmd, "graph_launch")) {
             int rc = cuGraphLaunch((CUgraphExec)objs[a], NULL);
             if (!rc) rc = cuCtxSynchronize();

@@ -536,6 +536,12 @@ exports! {
         graph::instantiate_v1(e, g, err, log, size)
     }
     "cuGraphInstantiateWithFlags" @ 11040 => fn cuGraphInstantiateWithFlags(e: *mut CUgraphExec, g: CUgraph, flags: u64) { graph::instantiate(e, g, flags) }
+    "cuGraphInstantiateWithParams" @ 12000 => fn cuGraphInstantiateWithParams(e: *mut CUgraphExec, g: CUgraph, p: *mut graph::InstantiateParams) {
+        graph::instantiate_with_params(e, g, p)
+    }
+    "cuGraphInstantiateWithParams" @ 12000 [ptds] => fn cuGraphInstantiateWithParams_ptsz(e: *mut CUgraphExec, g: CUgraph, p: *mut graph::InstantiateParams) {
+        graph::instantiate_with_params(e, g, p)
+    }
     "cuGraphLaunch" @ 10000 => fn cuGraphLaunch(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, false) }
     "cuGraphLaunch" @ 10000 [ptds] => fn cuGraphLaunch_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, true) }
     "cuGraphAddMemAllocNode" @ 11040 => fn cuGraphAddMemAllocNode(

@@ -375,6 +375,32 @@ pub(crate) fn instantiate_v1(
     r
 }
 
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (12.0).
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: CUstream,
+    err_node_out: CUgraphNode,
+    result_out: u32,
+}
+
+/// `cuGraphInstantiateWithParams`: the flags of `params`; the upload flag is accepted (the sim
+/// uploads nothing), the result written back.
+pub(crate) fn instantiate_with_params(pe: *mut CUgraphExec, g: CUgraph, params: *mut InstantiateParams) -> CUresult {
+    if params.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: `params` is the caller's CUDA_GRAPH_INSTANTIATE_PARAMS (the function's contract).
+    let flags = unsafe { (*params).flags };
+    let r = instantiate(pe, g, flags);
+    unsafe {
+        (*params).err_node_out = std::ptr::null_mut();
+        // CUDA_GRAPH_INSTANTIATE_SUCCESS / CUDA_GRAPH_INSTANTIATE_ERROR
+        (*params).result_out = u32::from(r != CUDA_SUCCESS);
+    }
+    r
+}
+
 pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {
     let kernels = {
         if let Err(e) = check_init() {
