@@ -1009,6 +1009,9 @@ typedef CUresult (CUDAAPI *PFN_cuGreenCtxDestroy)(CUgreenCtx hCtx);
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
 typedef CUresult (CUDAAPI *PFN_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
 
+CUresult CUDAAPI cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
+typedef CUresult (CUDAAPI *PFN_cuMemSetMemPool)(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
+
 /* ---- Called by libvgpu (resolved from the real driver) ---- */
 CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
 typedef CUresult (CUDAAPI *PFN_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);

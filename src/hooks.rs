@@ -245,6 +245,7 @@ pub mod cuda {
         fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
         fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;
         fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) => pool_place::device_set_mem_pool;
+        fn cuMemSetMemPool(location: *mut CUmemLocation, alloc_type: CUmemAllocationType, pool: CUmemoryPool) => pool_place::mem_set_mem_pool;
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

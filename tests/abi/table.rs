@@ -926,6 +926,7 @@ abi_table! {
     // Declared by NVIDIA's 13.x headers only: checked against them by
     // tests/abi_conformance.rs::declared_symbols_have_the_pfn_types_of_their_thresholds.
     func13 cuda cuGraphAddNode_v3 = PFN_cuGraphAddNode_v3;
+    func13 cuda cuMemSetMemPool = PFN_cuMemSetMemPool;
     func   cuda cuInit = PFN_cuInit;
     func   cuda cuGetProcAddress = PFN_cuGetProcAddress;
     func   cuda cuGetProcAddress_v2 = PFN_cuGetProcAddress_v2;

@@ -1815,6 +1815,13 @@ pub type PFN_cuGreenCtxDestroy =
     ::core::option::Option<unsafe extern "C" fn(hCtx: CUgreenCtx) -> CUresult>;
 pub type PFN_cuDeviceSetMemPool =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice, pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuMemSetMemPool = ::core::option::Option<
+    unsafe extern "C" fn(
+        location: *mut CUmemLocation,
+        type_: CUmemAllocationType,
+        pool: CUmemoryPool,
+    ) -> CUresult,
+>;
 pub type PFN_cuCtxFromGreenCtx = ::core::option::Option<
     unsafe extern "C" fn(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult,
 >;
