@@ -990,6 +990,12 @@ typedef CUresult (CUDAAPI *PFN_cuGraphInstantiateWithParams_ptsz)(CUgraphExec *p
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec);
 typedef CUresult (CUDAAPI *PFN_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream);
+typedef CUresult (CUDAAPI *PFN_cuGraphUpload)(CUgraphExec hGraphExec, CUstream hStream);
+
+CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+typedef CUresult (CUDAAPI *PFN_cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
+
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device);
 typedef CUresult (CUDAAPI *PFN_cuDeviceGraphMemTrim)(CUdevice device);
 

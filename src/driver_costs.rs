@@ -364,10 +364,22 @@ pub unsafe fn graph_instantiate_with_params(
     graph: CUgraph,
     params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
+    // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: the new executable is uploaded too (as by cuGraphUpload).
+    // SAFETY: `params` is null or the caller's parameters (the function's contract).
+    let upload = !params.is_null() && unsafe { (*params).flags } & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD as u64 != 0;
+    let bytes = if upload { book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0)) } else { 0 };
+    let pool = match (bytes, driver::current_ordinal()) {
+        (1.., Some(o)) => match reserve_pool_growth(bytes, o, "cuGraphInstantiateWithParams (upload)") {
+            Ok(p) => Some(p),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
     let r = unsafe { real(exec, graph, params) };
     if r == CUDA_SUCCESS {
         unsafe { instantiated(exec, graph) };
     }
+    graph_launch_end(pool, r);
     r
 }
 
@@ -435,17 +447,26 @@ pub struct PoolGrowth {
 }
 
 pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUresult> {
+    exec_pool_growth(exec, "cuGraphLaunch")
+}
+
+fn exec_pool_growth(exec: CUgraphExec, what: &str) -> Result<Option<PoolGrowth>, CUresult> {
     if !ANY_MEM_EXEC.load(Ordering::Acquire) {
         return Ok(None);
     }
     let Some((bytes, o)) = book(|b| b.execs.get(&(exec as u64)).copied()) else { return Ok(None) };
+    reserve_pool_growth(bytes, o, what).map(Some)
+}
+
+/// Reserve what a footprint of `bytes` may add to ordinal `o`'s graph pool (refused: `Err`).
+fn reserve_pool_growth(bytes: u64, o: CUdevice, what: &str) -> Result<PoolGrowth, CUresult> {
     // What the pool's unused part lacks: allocations of earlier launches the application has not
     // freed yet keep their part of it.
     let reserved = pool_reserved(o).unwrap_or(0);
     let used = graph_mem_attr(o, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0).min(reserved);
     let growth = bytes.saturating_sub(reserved - used);
     if growth == 0 {
-        return Ok(Some(PoolGrowth { ordinal: o, res: None }));
+        return Ok(PoolGrowth { ordinal: o, res: None });
     }
     let st = state::get();
     let d = st.region_index(o);
@@ -455,17 +476,17 @@ pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUres
         r = st.ledger.reserve(d, growth, UsageKind::Data, limit);
     }
     match r {
-        Ok(res) => Ok(Some(PoolGrowth { ordinal: o, res: Some(res) })),
+        Ok(res) => Ok(PoolGrowth { ordinal: o, res: Some(res) }),
         Err(ReserveError::OverLimit(o)) => {
             crate::warn!(
-                "cuGraphLaunch: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; not launched",
+                "{what}: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; refused",
                 o.usage,
                 o.limit
             );
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
         Err(e) => {
-            crate::error!("cuGraphLaunch: {e}");
+            crate::error!("{what}: {e}");
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
     }
@@ -483,6 +504,18 @@ pub fn graph_launch_end(g: Option<PoolGrowth>, r: CUresult) {
         GRAPH_HELD[d].fetch_add(b, Ordering::AcqRel);
     }
     sync_pool(g.ordinal);
+}
+
+/// `cuGraphUpload` (+ `_ptsz`): the upload backs the executable's graph memory in the driver's
+/// graph pool ahead of its launches; checked and charged like a launch.
+pub unsafe fn graph_upload(real: pfn::cuGraphUpload, exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let pool = match exec_pool_growth(exec, "cuGraphUpload") {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let r = unsafe { real(exec, stream) };
+    graph_launch_end(pool, r);
+    r
 }
 
 /// Periodic (truth tick): the driver may give a graph pool back on its own (its device's last

@@ -241,6 +241,8 @@ pub mod cuda {
         fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
         fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
         fn cuGraphExecDestroy(exec: CUgraphExec) => driver_costs::graph_exec_destroy;
+        fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) => driver_costs::graph_upload;
+        fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) => driver_costs::graph_upload;
         fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
         fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
         fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;

@@ -923,6 +923,8 @@ abi_table! {
     func   cuda cuGraphInstantiate_v2 = PFN_cuGraphInstantiate_v2;
     func   cuda cuGraphInstantiateWithParams = PFN_cuGraphInstantiateWithParams;
     func   cuda cuGraphInstantiateWithParams_ptsz = PFN_cuGraphInstantiateWithParams_ptsz;
+    func   cuda cuGraphUpload = PFN_cuGraphUpload;
+    func   cuda cuGraphUpload_ptsz = PFN_cuGraphUpload_ptsz;
     // Declared by NVIDIA's 13.x headers only: checked against them by
     // tests/abi_conformance.rs::declared_symbols_have_the_pfn_types_of_their_thresholds.
     func13 cuda cuGraphAddNode_v3 = PFN_cuGraphAddNode_v3;

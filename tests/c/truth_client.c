@@ -15,6 +15,9 @@
  *   graph_at MIB VER        the same graph (with its free node), instantiated through the pointer
  *                           cuGetProcAddress_v2("cuGraphInstantiate", VER) hands out: the
  *                           (exec, graph, errNode, log, size) ABI below 12000 -> id
+ *   graph_params MIB FLAGS  the same graph, instantiated with cuGraphInstantiateWithParams(FLAGS;
+ *                           2: upload) -> id
+ *   graph_upload ID         cuGraphUpload on the NULL stream
  *   graph_launch ID         cuGraphLaunch on the NULL stream + cuCtxSynchronize
  *   trim ORD                cuDeviceGraphMemTrim
  *   graph_attr ORD          cuDeviceGetGraphMemAttribute -> used reserved (the driver's own figures)
@@ -62,6 +65,14 @@ CUresult cuGraphCreate(CUgraph *g, unsigned flags);
 CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd, MemAllocNodeParams *p);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+typedef struct {
+    unsigned long long flags;
+    CUstream upload_stream;
+    CUgraphNode err_node;
+    int result;
+} InstantiateParams;
+CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, InstantiateParams *p);
+CUresult cuGraphUpload(CUgraphExec e, CUstream s);
 CUresult cuDeviceGraphMemTrim(CUdevice d);
 CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd, CUdeviceptr p);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v);
@@ -193,6 +204,25 @@ int main(void) {
                 rc = ((CUresult (*)(CUgraphExec *, CUgraph, unsigned long long))f)(&e, g, 0);
             }
             printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
+        } else if (!strcmp(cmd, "graph_params")) {
+            CUgraph g = NULL;
+            CUgraphNode n = NULL, fn_ = NULL;
+            CUgraphExec e = NULL;
+            MemAllocNodeParams p;
+            memset(&p, 0, sizeof p);
+            p.allocType = 1; /* pinned */
+            p.locType = 1;   /* device */
+            p.bytesize = (size_t)a << 20;
+            InstantiateParams ip;
+            memset(&ip, 0, sizeof ip);
+            ip.flags = b;
+            int rc = cuGraphCreate(&g, 0);
+            if (!rc) rc = cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+            if (!rc) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
+            if (!rc) rc = cuGraphInstantiateWithParams(&e, g, &ip);
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
+        } else if (!strcmp(cmd, "graph_upload")) {
+            printf("rc=%d\n", cuGraphUpload((CUgraphExec)objs[a], NULL));
         } else if (!strcmp(cmd, "graph_launch")) {
             int rc = cuGraphLaunch((CUgraphExec)objs[a], NULL);
             if (!rc) rc = cuCtxSynchronize();

@@ -1796,6 +1796,12 @@ pub type PFN_cuGraphInstantiateWithParams_ptsz = ::core::option::Option<
 >;
 pub type PFN_cuGraphExecDestroy =
     ::core::option::Option<unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult>;
+pub type PFN_cuGraphUpload = ::core::option::Option<
+    unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+>;
+pub type PFN_cuGraphUpload_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+>;
 pub type PFN_cuDeviceGraphMemTrim =
     ::core::option::Option<unsafe extern "C" fn(device: CUdevice) -> CUresult>;
 pub type PFN_cuMemPoolCreate = ::core::option::Option<

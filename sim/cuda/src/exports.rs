@@ -542,6 +542,8 @@ exports! {
     "cuGraphInstantiateWithParams" @ 12000 [ptds] => fn cuGraphInstantiateWithParams_ptsz(e: *mut CUgraphExec, g: CUgraph, p: *mut graph::InstantiateParams) {
         graph::instantiate_with_params(e, g, p)
     }
+    "cuGraphUpload" @ 11010 => fn cuGraphUpload(e: CUgraphExec, h: CUstream) { graph::graph_upload(e, h, false) }
+    "cuGraphUpload" @ 11010 [ptds] => fn cuGraphUpload_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_upload(e, h, true) }
     "cuGraphLaunch" @ 10000 => fn cuGraphLaunch(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, false) }
     "cuGraphLaunch" @ 10000 [ptds] => fn cuGraphLaunch_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, true) }
     "cuGraphAddMemAllocNode" @ 11040 => fn cuGraphAddMemAllocNode(

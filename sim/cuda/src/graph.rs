@@ -392,13 +392,36 @@ pub(crate) fn instantiate_with_params(pe: *mut CUgraphExec, g: CUgraph, params: 
     }
     // SAFETY: `params` is the caller's CUDA_GRAPH_INSTANTIATE_PARAMS (the function's contract).
     let flags = unsafe { (*params).flags };
-    let r = instantiate(pe, g, flags);
+    let mut r = instantiate(pe, g, flags);
+    if r == CUDA_SUCCESS && flags & 2 != 0 {
+        // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD
+        r = graph_upload(unsafe { *pe }, std::ptr::null_mut(), false);
+        if r != CUDA_SUCCESS {
+            sim::lock().execs.remove(&(unsafe { *pe } as u64));
+        }
+    }
     unsafe {
         (*params).err_node_out = std::ptr::null_mut();
         // CUDA_GRAPH_INSTANTIATE_SUCCESS / CUDA_GRAPH_INSTANTIATE_ERROR
         (*params).result_out = u32::from(r != CUDA_SUCCESS);
     }
     r
+}
+
+/// `cuGraphUpload`: the executable's graph memory is backed in the graph pool (stream ordering
+/// is not modelled).
+pub(crate) fn graph_upload(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {
+    cu_try!({
+        check_init()?;
+        let mut sim = sim::lock();
+        crate::stream::resolve(&mut sim, h, ptds)?;
+        let (dev, bytes) =
+            sim.execs.get(&(e as u64)).map(|x| (x.mem_dev, x.mem_bytes)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if bytes > 0 {
+            crate::drivercost::graph_pool_upload(&mut sim, dev, bytes)?;
+        }
+        Ok(())
+    })
 }
 
 pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {
