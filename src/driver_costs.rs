@@ -257,7 +257,9 @@ fn alloc_node_added(graph: CUgraph, bytes: u64) {
 }
 
 /// The generic node parameters of a node `cuGraphAddNode*` added: a memory-allocation node counts
-/// like one of `cuGraphAddMemAllocNode`; other node types allocate nothing.
+/// like one of `cuGraphAddMemAllocNode`; a child-graph node brings its child's memory nodes (only
+/// a child moved into the graph, `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, may have any); other node
+/// types allocate nothing.
 ///
 /// # Safety
 /// `params` is null or the caller's `CUgraphNodeParams`, valid for reads.
@@ -265,13 +267,25 @@ unsafe fn generic_node_added(graph: CUgraph, params: *const CUgraphNodeParams) {
     if params.is_null() {
         return;
     }
-    // SAFETY: `params` points to the caller's parameters (the function's contract). For a
-    // memory-allocation node the union (`reserved1`, 232 bytes, 8-aligned) holds its `alloc`
-    // member, a CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes) at the union's start.
+    // SAFETY: `params` points to the caller's parameters (the function's contract). The union
+    // (`reserved1`, 232 bytes, 8-aligned) holds the member `type` names at its start: `alloc`, a
+    // CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes), or `graph`, a CUDA_CHILD_GRAPH_NODE_PARAMS whose
+    // first field is the child CUgraph.
     unsafe {
-        if (*params).type_ == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-            let alloc = std::ptr::addr_of!((*params).reserved1) as *const CUDA_MEM_ALLOC_NODE_PARAMS;
-            alloc_node_added(graph, (*alloc).bytesize as u64);
+        let member = std::ptr::addr_of!((*params).reserved1);
+        match (*params).type_ {
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                alloc_node_added(graph, (*(member as *const CUDA_MEM_ALLOC_NODE_PARAMS)).bytesize as u64);
+            }
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                let child = *(member as *const CUgraph) as u64;
+                book(|b| {
+                    if let Some(&bytes) = b.graphs.get(&child) {
+                        *b.graphs.entry(graph as u64).or_default() += bytes;
+                    }
+                });
+            }
+            _ => {}
         }
     }
 }

@@ -307,10 +307,12 @@ fn cuda_bindings_graph_add_node_on_the_simulated_driver(cuda: Cuda) {
 }
 
 /// A graph's memory-allocation node counts however it was added (`cuGraphAddNode` in the ABI of
-/// each major, or `cuGraphAddMemAllocNode`) and however the graph was instantiated (with flags, with
-/// params): 200 MiB is charged at the launch, 1.5 GiB under the 1 GiB limit is refused there.
+/// each major, `cuGraphAddMemAllocNode`, or in a child graph moved into it with `cuGraphAddNode`)
+/// and however the graph was instantiated (with flags, with params): 200 MiB is charged at the
+/// launch, 1.5 GiB under the 1 GiB limit is refused there.
 fn cuda_bindings_graph_memory_nodes_are_limited(cuda: Cuda) {
-    for (add, inst) in [("node", "flags"), ("node", "params"), ("alloc", "flags"), ("alloc", "params")] {
+    let cases = [("node", "flags"), ("node", "params"), ("alloc", "flags"), ("alloc", "params"), ("child", "flags")];
+    for (add, inst) in cases {
         let case = format!("{add}/{inst}");
         let sb = cuda.sandbox(&format!("rc-cb-graph-fit-{add}-{inst}"));
         let out = py(&sb, "cuda_client.py", cuda).args(["graph_limit", "200", add, inst]).go();
@@ -326,8 +328,13 @@ fn cuda_bindings_graph_memory_nodes_are_limited(cuda: Cuda) {
         let out = py(&sb, "cuda_client.py", cuda).args(["graph_limit", "1536", add, inst]).go();
         out.ok();
         assert_eq!(out.val("graph_launch"), CUDA_ERROR_OUT_OF_MEMORY, "{case}: 1.5 GiB launched\n{}", out.dump());
-        assert_eq!(u64_of(&out, "graph_region_delta"), 0, "{case}\n{}", out.dump());
-        assert_eq!(u64_of(&out, "graph_free_delta"), 0, "{case}\n{}", out.dump());
+        // Nothing charged (the periodic reconciliation may settle a granule of driver-held memory
+        // meanwhile).
+        for key in ["graph_region_delta", "graph_free_delta"] {
+            let v = out.val(key);
+            let n: i64 = v.parse().unwrap_or_else(|_| panic!("{case}: `{key}`={v}\n{}", out.dump()));
+            assert!(n.unsigned_abs() <= 2 * MIB, "{case}: `{key}`={n} after a refused launch\n{}", out.dump());
+        }
     }
 }
 

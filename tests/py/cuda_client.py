@@ -20,7 +20,8 @@ Prints `key=value` lines (CUresult values by name, e.g. CUDA_ERROR_OUT_OF_MEMORY
                   launched; cuMemGetInfo before and after
   graph_limit MiB ADD INST
                   a graph of one memory-allocation node of MiB, added with ADD (`node`:
-                  cuGraphAddNode, `alloc`: cuGraphAddMemAllocNode), instantiated with INST (`flags`:
+                  cuGraphAddNode, `alloc`: cuGraphAddMemAllocNode, `child`: in a child graph
+                  moved into the graph with cuGraphAddNode), instantiated with INST (`flags`:
                   cuGraphInstantiate, `params`: cuGraphInstantiateWithParams), launched (its result
                   printed, not fatal); cuMemGetInfo and the region slot before and after
   pool            cuMemPoolCreate (device location) + cuMemAllocFromPoolAsync: counted, refused
@@ -353,7 +354,18 @@ def scenario_graph_limit(mib, add, inst):
     a.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     a.poolProps.location.id = int(dev)
     a.bytesize = mib * MIB
-    if add == "alloc":
+    if add == "child":
+        child = ok("child_create", cu.cuGraphCreate(0))
+        ok("add_alloc_node", cu.cuGraphAddMemAllocNode(child, None, 0, p))
+        c = cu.CUgraphNodeParams()
+        c.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_GRAPH
+        c.graph.graph = child
+        c.graph.ownership = cu.CUgraphChildGraphNodeOwnership.CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE
+        if MAJOR >= 13:
+            ok("add_child_node", cu.cuGraphAddNode(g, None, None, 0, c))
+        else:
+            ok("add_child_node", cu.cuGraphAddNode(g, None, 0, c))
+    elif add == "alloc":
         ok("add_alloc_node", cu.cuGraphAddMemAllocNode(g, None, 0, p))
     elif MAJOR >= 13:
         ok("add_alloc_node", cu.cuGraphAddNode(g, None, None, 0, p))

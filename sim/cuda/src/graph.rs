@@ -174,6 +174,49 @@ pub(crate) fn add_alloc_node(sim: &mut Sim, g: u64, deps: &[u64], bytes: u64) ->
     Ok((h, base))
 }
 
+/// A child-graph node (`cuGraphAddNode` with `CU_GRAPH_NODE_TYPE_GRAPH`): the child's nodes join
+/// the parent. Moved (ownership `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, 12.9) the child graph
+/// becomes the parent's, memory nodes included; cloned, a child with memory nodes is refused
+/// (`CUDA_ERROR_NOT_SUPPORTED`, as the driver answers) and its kernel nodes are copied.
+pub(crate) fn add_child_graph_node(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: u64,
+    moved: bool,
+) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pn)?;
+        let deps = unsafe { deps_vec(deps, n)? };
+        let g = g as u64;
+        let mut sim = sim::lock();
+        let kids = sim.graphs.get(&child).ok_or(CUDA_ERROR_INVALID_VALUE)?.nodes.clone();
+        let has_mem = kids.iter().any(|k| sim.nodes.get(k).is_some_and(|x| x.mem.is_some() || x.free.is_some()));
+        if child == g || (has_mem && !moved) {
+            return Err(if child == g { CUDA_ERROR_INVALID_VALUE } else { CUDA_ERROR_NOT_SUPPORTED });
+        }
+        let h = add_node(&mut sim, g, &deps, NO_KERNEL, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0)?;
+        if moved {
+            sim.graphs.remove(&child);
+            for k in &kids {
+                if let Some(x) = sim.nodes.get_mut(k) {
+                    x.graph = g;
+                }
+            }
+            sim.graphs.get_mut(&g).unwrap().nodes.extend(kids);
+        } else {
+            for k in kids {
+                let x = &sim.nodes[&k];
+                let (p, kp, ex, kern, ctx) = (x.params, x.kernel_params, x.extra, x.kern, x.ctx);
+                add_node(&mut sim, g, &[], p, kp, ex, kern, ctx)?;
+            }
+        }
+        unsafe { out(pn, h as CUgraphNode) }
+    })
+}
+
 /// The allocation node whose address is `addr`, if any.
 fn alloc_node_of(sim: &Sim, addr: u64) -> Option<u64> {
     sim.nodes.iter().find(|(_, n)| n.mem.is_some_and(|m| m.0 == addr)).map(|(h, _)| *h)
@@ -342,7 +385,12 @@ pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, flags: u64) -> CUres
         let mut sim = sim::lock();
         let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let nodes: Vec<&Node> = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).collect();
-        let kernels = nodes.iter().filter(|n| n.mem.is_none() && n.free.is_none()).map(|n| n.params).collect();
+        // Memory and child-graph nodes launch no kernel of their own.
+        let kernels = nodes
+            .iter()
+            .filter(|n| n.mem.is_none() && n.free.is_none() && n.params.func != 0)
+            .map(|n| n.params)
+            .collect();
         let mem_bytes: u64 = nodes.iter().filter_map(|n| n.mem).map(|m| m.2).sum();
         let freed: Vec<u64> = nodes.iter().filter_map(|n| n.free).collect();
         let allocated: Vec<u64> = nodes.iter().filter_map(|n| n.mem).map(|m| m.0).collect();
