@@ -891,6 +891,9 @@ typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset)(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset_v2)(CUdevice dev);
 
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
+typedef CUresult (CUDAAPI *PFN_cuCtxCreate)(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
@@ -899,6 +902,9 @@ typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v3)(CUcontext *pctx, CUexecAffinityPa
 
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 typedef CUresult (CUDAAPI *PFN_cuCtxCreate_v4)(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
+typedef CUresult (CUDAAPI *PFN_cuCtxDestroy)(CUcontext ctx);
 
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx);
 typedef CUresult (CUDAAPI *PFN_cuCtxDestroy_v2)(CUcontext ctx);

@@ -213,9 +213,12 @@ pub mod cuda {
         fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) => context::primary_release;
         fn cuDevicePrimaryCtxReset(dev: CUdevice) => context::primary_reset;
         fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => context::primary_reset;
+        // The 2000 ABIs of cuCtxCreate / cuCtxDestroy take the same parameters as their _v2.
+        fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => context::ctx_create_v2;
         fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => context::ctx_create_v2;
         fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut CUexecAffinityParam, num_params: c_int, flags: c_uint, dev: CUdevice) => context::ctx_create_v3;
         fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => context::ctx_create_v4;
+        fn cuCtxDestroy(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxDestroy_v2(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxSetCurrent(ctx: CUcontext);
         fn cuGreenCtxCreate(pctx: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: c_uint) => context::green_ctx_create;

@@ -924,6 +924,8 @@ abi_table! {
     func   cuda cuGraphInstantiateWithParams = PFN_cuGraphInstantiateWithParams;
     func   cuda cuGraphInstantiateWithParams_ptsz = PFN_cuGraphInstantiateWithParams_ptsz;
     func   cuda cuGraphUpload = PFN_cuGraphUpload;
+    func   cuda cuCtxCreate = PFN_cuCtxCreate;
+    func   cuda cuCtxDestroy = PFN_cuCtxDestroy;
     func   cuda cuGraphUpload_ptsz = PFN_cuGraphUpload_ptsz;
     // Declared by NVIDIA's 13.x headers only: checked against them by
     // tests/abi_conformance.rs::declared_symbols_have_the_pfn_types_of_their_thresholds.

@@ -1559,6 +1559,13 @@ pub type PFN_cuDevicePrimaryCtxReset =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
 pub type PFN_cuDevicePrimaryCtxReset_v2 =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
+pub type PFN_cuCtxCreate = ::core::option::Option<
+    unsafe extern "C" fn(
+        pctx: *mut CUcontext,
+        flags: ::core::ffi::c_uint,
+        dev: CUdevice,
+    ) -> CUresult,
+>;
 pub type PFN_cuCtxCreate_v2 = ::core::option::Option<
     unsafe extern "C" fn(
         pctx: *mut CUcontext,
@@ -1583,6 +1590,8 @@ pub type PFN_cuCtxCreate_v4 = ::core::option::Option<
         dev: CUdevice,
     ) -> CUresult,
 >;
+pub type PFN_cuCtxDestroy =
+    ::core::option::Option<unsafe extern "C" fn(ctx: CUcontext) -> CUresult>;
 pub type PFN_cuCtxDestroy_v2 =
     ::core::option::Option<unsafe extern "C" fn(ctx: CUcontext) -> CUresult>;
 pub type PFN_cuCtxSetCurrent =

@@ -109,6 +109,18 @@ exports! {
     "cuDevicePrimaryCtxGetState" @ 7000 => fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut u32, active: *mut i32) {
         context::primary_get_state(dev, flags, active)
     }
+    "cuCtxCreate" @ 2000 => fn cuCtxCreate(pctx: *mut CUcontext, flags: u32, dev: CUdevice) {
+        if !crate::knobs().legacy_ctx {
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        context::ctx_create(pctx, flags, dev)
+    }
+    "cuCtxDestroy" @ 2000 => fn cuCtxDestroy(ctx: CUcontext) {
+        if !crate::knobs().legacy_ctx {
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        context::ctx_destroy(ctx)
+    }
     "cuCtxCreate" @ 3020 => fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: u32, dev: CUdevice) { context::ctx_create(pctx, flags, dev) }
     "cuCtxCreate" @ 11040 => fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, n: i32, flags: u32, dev: CUdevice) {
         let _ = (params, n);
