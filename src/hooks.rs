@@ -217,9 +217,12 @@ pub mod cuda {
         fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) => context::primary_release;
         fn cuDevicePrimaryCtxReset(dev: CUdevice) => context::primary_reset;
         fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => context::primary_reset;
+        // The 2000 ABIs of cuCtxCreate / cuCtxDestroy take the same parameters as their _v2.
+        fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => context::ctx_create_v2;
         fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => context::ctx_create_v2;
         fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut CUexecAffinityParam, num_params: c_int, flags: c_uint, dev: CUdevice) => context::ctx_create_v3;
         fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => context::ctx_create_v4;
+        fn cuCtxDestroy(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxDestroy_v2(ctx: CUcontext) => context::ctx_destroy;
         fn cuCtxSetCurrent(ctx: CUcontext);
         fn cuGreenCtxCreate(pctx: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: c_uint) => context::green_ctx_create;
@@ -236,12 +239,22 @@ pub mod cuda {
         fn cuLibraryUnload(library: CUlibrary) => driver_costs::library_unload;
         fn cuCtxSetLimit(limit: CUlimit, value: usize) => driver_costs::ctx_set_limit;
         fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) => driver_costs::graph_add_mem_alloc_node;
+        fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node;
+        fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const CUgraphEdgeData, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node_with_edges;
+        fn cuGraphAddNode_v3(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const CUgraphEdgeData, num_deps: usize, params: *mut CUgraphNodeParams) => driver_costs::graph_add_node_with_edges;
+        fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => driver_costs::graph_instantiate_with_log;
+        fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) => driver_costs::graph_instantiate_with_log;
         fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) => driver_costs::graph_instantiate;
+        fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
+        fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) => driver_costs::graph_instantiate_with_params;
         fn cuGraphExecDestroy(exec: CUgraphExec) => driver_costs::graph_exec_destroy;
+        fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) => driver_costs::graph_upload;
+        fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) => driver_costs::graph_upload;
         fn cuDeviceGraphMemTrim(dev: CUdevice) => driver_costs::device_graph_mem_trim;
         fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) => driver_costs::mem_pool_create;
         fn cuMemPoolDestroy(pool: CUmemoryPool) => driver_costs::mem_pool_destroy;
         fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) => pool_place::device_set_mem_pool;
+        fn cuMemSetMemPool(location: *mut CUmemLocation, alloc_type: CUmemAllocationType, pool: CUmemoryPool) => pool_place::mem_set_mem_pool;
 
         // Launches (compute limit).
         fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => launch::launch_kernel;

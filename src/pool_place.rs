@@ -5,15 +5,15 @@
 //! A pool's place is remembered from `cuMemPoolCreate`, else asked of the driver once
 //! (`CU_MEMPOOL_ATTR_LOCATION_TYPE` / `_ALLOCATION_TYPE`, CUDA 13; a driver that does not know
 //! them has device pools only) and kept until `cuMemPoolDestroy`. `cuMemAllocAsync` allocates
-//! from the current pool of the stream's device: while no pool can have been made current
-//! (no `cuDeviceSetMemPool`, a driver older than 13.0 without `cuMemSetMemPool`) that is the
-//! device's default pool, which is device memory, and nothing is asked.
+//! from the current pool of the stream's device: until a pool is made current (both ways to
+//! do so, `cuDeviceSetMemPool` and `cuMemSetMemPool`, are hooked) that is the device's default
+//! pool, which is device memory, and nothing is asked.
 
 use crate::driver;
 use crate::ffi::*;
 use cuda_types::pfn;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use vgpu_core::locations;
 use vgpu_core::sync::Mutex;
 
@@ -21,8 +21,6 @@ use vgpu_core::sync::Mutex;
 static KNOWN: Mutex<Vec<(u64, bool)>> = Mutex::new(Vec::new());
 /// A device's current pool may be other than its default pool.
 static CURRENT_MAY_DIFFER: AtomicBool = AtomicBool::new(false);
-/// The driver's version once asked (0: not yet).
-static DRIVER_VERSION: AtomicI32 = AtomicI32::new(0);
 
 fn known(pool: u64) -> Option<bool> {
     KNOWN.lock().iter().find(|e| e.0 == pool).map(|e| e.1)
@@ -75,25 +73,10 @@ pub fn counts(pool: CUmemoryPool) -> bool {
     c
 }
 
-fn driver_version() -> i32 {
-    let v = DRIVER_VERSION.load(Ordering::Relaxed);
-    if v != 0 {
-        return v;
-    }
-    let mut v: c_int = -1;
-    if let Some(f) = driver::cuDriverGetVersion()
-        && unsafe { f(&mut v) } != CUDA_SUCCESS
-    {
-        v = -1;
-    }
-    DRIVER_VERSION.store(v, Ordering::Relaxed);
-    v
-}
-
 /// Do `cuMemAllocAsync` allocations on the current device (`ordinal`, asked only when a current
 /// pool may be other than the default) count?
 pub fn current_counts(ordinal: impl FnOnce() -> Option<CUdevice>) -> bool {
-    if !CURRENT_MAY_DIFFER.load(Ordering::Acquire) && driver_version() < 13000 {
+    if !CURRENT_MAY_DIFFER.load(Ordering::Acquire) {
         return true;
     }
     let Some(o) = ordinal() else { return true };
@@ -110,6 +93,20 @@ pub unsafe fn device_set_mem_pool(real: pfn::cuDeviceSetMemPool, dev: CUdevice, 
     // Before the call: an allocation racing with it must already look the current pool up.
     CURRENT_MAY_DIFFER.store(true, Ordering::Release);
     unsafe { real(dev, pool) }
+}
+
+/// `cuMemSetMemPool` (13.0): the current pool of a location for one allocation type; for a
+/// device location, the pool `cuMemAllocAsync` allocates from.
+pub unsafe fn mem_set_mem_pool(
+    real: pfn::cuMemSetMemPool,
+    location: *mut CUmemLocation,
+    alloc_type: CUmemAllocationType,
+    pool: CUmemoryPool,
+) -> CUresult {
+    // Before the call, whatever the location: an allocation racing with it must already look the
+    // current pool up.
+    CURRENT_MAY_DIFFER.store(true, Ordering::Release);
+    unsafe { real(location, alloc_type, pool) }
 }
 
 /// In a forked child: no pool of the parent exists there.

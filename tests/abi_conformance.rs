@@ -79,7 +79,7 @@ impl Row {
     fn expected(&self) -> i128 {
         match self.kind.as_str() {
             "ctype" => 1,
-            "func" => 0,
+            "func" | "func13" => 0,
             _ => {
                 parse_int(&self.value).unwrap_or_else(|| panic!("table.rs:{}: bad number {:?}", self.line, self.value))
             }
@@ -125,7 +125,7 @@ fn table() -> &'static Vec<Row> {
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim();
             let kind = line.split_whitespace().next().unwrap_or("");
-            if !matches!(kind, "value" | "ptr" | "size" | "align" | "offset" | "ctype" | "func") {
+            if !matches!(kind, "value" | "ptr" | "size" | "align" | "offset" | "ctype" | "func" | "func13") {
                 continue;
             }
             let body = line.strip_suffix(';').unwrap_or_else(|| panic!("table.rs:{}: row must end with ';'", i + 1));
@@ -140,7 +140,7 @@ fn table() -> &'static Vec<Row> {
             let value = rhs.trim().trim_matches('"').to_string();
             let row = Row { line: i + 1, kind: kind.into(), hdr: hdr.into(), name: name.into(), value };
             assert!(seen.insert(row.key()), "table.rs:{}: duplicate row {}", i + 1, row.key());
-            if row.kind == "func" {
+            if row.kind.starts_with("func") {
                 assert_eq!(row.value, format!("PFN_{}", row.name), "table.rs:{}: func rows name PFN_<name>", i + 1);
             } else if row.kind != "ctype" {
                 row.expected();
@@ -153,11 +153,18 @@ fn table() -> &'static Vec<Row> {
 }
 
 fn numeric_rows() -> Vec<&'static Row> {
-    table().iter().filter(|r| r.kind != "func").collect()
+    table().iter().filter(|r| !r.kind.starts_with("func")).collect()
 }
 
+/// Functions NVIDIA's CUDA 12.9 headers (the table's reference) declare.
 fn func_rows(hdr: &str) -> Vec<&'static Row> {
     table().iter().filter(|r| r.kind == "func" && r.hdr == hdr).collect()
+}
+
+/// Every function of the table: also those only NVIDIA's 13.x headers declare (`func13` rows,
+/// checked against those headers by `declared_symbols_have_the_pfn_types_of_their_thresholds`).
+fn all_func_rows(hdr: &str) -> Vec<&'static Row> {
+    table().iter().filter(|r| r.kind.starts_with("func") && r.hdr == hdr).collect()
 }
 
 include!("abi/parse.rs");
@@ -202,12 +209,14 @@ fn table_covers_our_headers() {
         }
         let protos: BTreeSet<&String> = it.prototypes.iter().collect();
         for p in &it.prototypes {
-            need(&mut missing, format!("func {hdr} {p}"));
+            if !keys.contains(&format!("func13 {hdr} {p}")) {
+                need(&mut missing, format!("func {hdr} {p}"));
+            }
             if !it.pfns.contains(&format!("PFN_{p}")) {
                 missing.push(format!("{file}: no `PFN_{p}` typedef for prototype {p}"));
             }
         }
-        for r in func_rows(hdr) {
+        for r in all_func_rows(hdr) {
             if !protos.contains(&r.name) {
                 missing.push(format!("table.rs:{}: func {} has no prototype in {file}", r.line, r.name));
             }
@@ -386,7 +395,7 @@ fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
         h.cuda_dir.display(),
         h.source
     );
-    let funcs = func_rows("cuda");
+    let funcs = all_func_rows("cuda");
     let ours: BTreeSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
     let dir = work_dir("pfn-thresholds");
     let mut src = String::from("#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n#include <cudaTypedefs.h>\n");

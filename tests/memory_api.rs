@@ -297,7 +297,11 @@ fn nvml_truth(sb: &Sandbox, pid: u32) -> Option<u64> {
 fn context_charge_equals_nvml_and_is_given_back() {
     let sb = Sandbox::new("mem_ctx");
     let ctx = 40 * MIB;
-    let mut c = client(&sb).env("CUDA_DEVICE_MEMORY_LIMIT", "1g").env("VGPU_SIM_CTX_MIB", 40).spawn();
+    let mut c = client(&sb)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .env("VGPU_SIM_CTX_MIB", 40)
+        .env("VGPU_SIM_LEGACY_CTX", 1)
+        .spawn();
     c.ok("init");
     // Attached at cuInit, nothing charged yet.
     assert_eq!(used(&sb, &c), DevMem::default());
@@ -324,6 +328,12 @@ fn context_charge_equals_nvml_and_is_given_back() {
     assert_eq!(nvml_truth(&sb, c.pid), Some(ctx));
     c.ok(&format!("ctx_destroy {cid}"));
     assert_eq!(used(&sb, &c), DevMem::default(), "after cuCtxDestroy");
+    // The 2000 ABIs (the parameters of _v2), as cuGetProcAddress hands them out: the same.
+    let cid = c.ok("ctx_create_at 0 2000").id();
+    let u = used(&sb, &c);
+    assert_eq!((u.context, u.total), (ctx, ctx), "context created through cuCtxCreate @ 2000");
+    c.ok(&format!("ctx_destroy_at {cid} 2000"));
+    assert_eq!(used(&sb, &c), DevMem::default(), "after cuCtxDestroy @ 2000");
     // Retain twice, release once: still charged once; reset gives it back.
     c.ok("ctx 0");
     c.ok("ctx 0");

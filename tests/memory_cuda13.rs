@@ -126,6 +126,48 @@ fn alloc_async_follows_the_current_pool() {
     c.exit();
 }
 
+/// The allocation path asks for no pool while none was made current: on a 13.x driver (which has
+/// `cuMemSetMemPool`) `cuMemAllocAsync` costs one driver call, not a `cuDeviceGetMemPool` lookup
+/// each; `cuMemSetMemPool` itself is hooked, so the lookup starts with it
+/// (`alloc_async_follows_the_current_pool` then shows it is followed).
+#[test]
+fn alloc_async_asks_for_no_pool_until_one_is_made_current() {
+    const N: u64 = 200;
+    let sb = Sandbox::new("m13_no_pool_lookup");
+    let lookups = |sb: &Sandbox| sb.counts().get("cuDeviceGetMemPool").copied().unwrap_or(0);
+    let spawn = |sb: &Sandbox| {
+        let mut c = client(sb)
+            .env("CUDA_DEVICE_MEMORY_LIMIT", "1024m")
+            .env("VGPU_SIM_DRIVER_VERSION", 13050)
+            .env("VGPU_SIM_COUNT_FILE", sb.counts_file().display())
+            .spawn();
+        c.init_ctx(0);
+        c
+    };
+    let mut c = spawn(&sb);
+    for _ in 0..N {
+        let p = ptr(&mut c, &format!("async13 {MIB}"));
+        c.ok(&format!("free_async13 {p}"));
+    }
+    c.exit();
+    // The periodic reconciliation may ask now and then (at most every 250 ms); never per call.
+    let quiet = lookups(&sb);
+    assert!(quiet < N / 2, "{quiet} cuDeviceGetMemPool calls for {N} cuMemAllocAsync: {:?}", sb.counts());
+
+    sb.reset_counts();
+    let mut c = spawn(&sb);
+    c.ok("pool13_default 1 0 1");
+    c.ok("pool13_set 0");
+    for _ in 0..N {
+        let p = ptr(&mut c, &format!("async13 {MIB}"));
+        c.ok(&format!("free_async13 {p}"));
+    }
+    c.exit();
+    assert_eq!(sb.counts().get("cuMemSetMemPool"), Some(&1), "{:?}", sb.counts());
+    // Only the hook can have told the allocation path that a pool was made current.
+    assert!(lookups(&sb) >= N, "after cuMemSetMemPool each allocation looks its pool up: {:?}", sb.counts());
+}
+
 // ---- green contexts ---------------------------------------------------------------------------
 
 /// The limit escape: primary + two green contexts at 256 MiB each under 1 GiB. Green

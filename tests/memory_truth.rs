@@ -132,6 +132,8 @@ fn modules_limits_and_graph_memory_are_counted_and_the_driver_never_exceeds_the_
     a.ok("library 24");
     a.ok("limit 0 4096"); // (4096 - 1024) × 2048 threads × 8 SMs = 48 MiB of local memory
     let g = a.ok("graph 32");
+    a.ok(&format!("graph_upload {g}"));
+    assert_eq!(slot_mem(&region, a.pid).data, 32 * MIB, "the upload grew the graph pool: counted");
     a.ok(&format!("graph_launch {g}"));
     let m = slot_mem(&region, a.pid);
     assert_eq!(m.module, 64 * MIB, "module + library counted up front: {m:?}");
@@ -208,6 +210,21 @@ fn driver_costs_over_the_limit_fail_with_oom_and_are_undone() {
     let g = a.ok("graph 256");
     assert_eq!(a.rc(&format!("graph_launch {g}")), OOM);
     assert_eq!(driver_used(&sb, a.pid), before, "the refused launch was not made");
+    // An upload backs the graph's memory ahead of its launch: refused the same way, and so is an
+    // instantiation that uploads.
+    let g = a.ok("graph 256");
+    assert_eq!(a.rc(&format!("graph_upload {g}")), OOM);
+    assert_eq!(driver_used(&sb, a.pid), before, "the refused upload was not made");
+    assert_eq!(a.rc("graph_params 256 2"), OOM, "cuGraphInstantiateWithParams with the upload flag");
+    assert_eq!(driver_used(&sb, a.pid), before, "the refused instantiation uploaded nothing");
+    let g = a.ok("graph_params 256 0");
+    assert_eq!(a.rc(&format!("graph_launch {g}")), OOM, "instantiated through cuGraphInstantiateWithParams");
+    // Whichever ABI of cuGraphInstantiate the graph was instantiated with.
+    for version in [10000, 11000, 12000] {
+        let g = a.ok(&format!("graph_at 256 {version}"));
+        assert_eq!(a.rc(&format!("graph_launch {g}")), OOM, "instantiated through cuGraphInstantiate @ {version}");
+        assert_eq!(driver_used(&sb, a.pid), before, "the refused launch was not made (@ {version})");
+    }
     let m = slot_mem(&region, a.pid);
     assert_eq!(m.total, before);
     assert_split_adds_up(&m);

@@ -92,6 +92,7 @@ per_cuda_major!(
     cuda_bindings_module_and_kernel_launch,
     cuda_bindings_library_kernel_path,
     cuda_bindings_graph_add_node_on_the_simulated_driver,
+    cuda_bindings_graph_memory_nodes_are_limited,
     pynvml_devices_memory_and_processes,
     python_and_c_processes_share_one_limit_python_holds,
     python_and_c_processes_share_one_limit_c_holds,
@@ -303,6 +304,38 @@ fn cuda_bindings_graph_add_node_on_the_simulated_driver(cuda: Cuda) {
         Cuda::V13 => "cuGraphAddNode_v2",
     };
     assert_eq!(sb.counts().get(variant), Some(&2), "{variant}: {:?}", sb.counts());
+}
+
+/// A graph's memory-allocation node counts however it was added (`cuGraphAddNode` in the ABI of
+/// each major, `cuGraphAddMemAllocNode`, or in a child graph moved into it with `cuGraphAddNode`)
+/// and however the graph was instantiated (with flags, with params): 200 MiB is charged at the
+/// launch, 1.5 GiB under the 1 GiB limit is refused there.
+fn cuda_bindings_graph_memory_nodes_are_limited(cuda: Cuda) {
+    let cases = [("node", "flags"), ("node", "params"), ("alloc", "flags"), ("alloc", "params"), ("child", "flags")];
+    for (add, inst) in cases {
+        let case = format!("{add}/{inst}");
+        let sb = cuda.sandbox(&format!("rc-cb-graph-fit-{add}-{inst}"));
+        let out = py(&sb, "cuda_client.py", cuda).args(["graph_limit", "200", add, inst]).go();
+        out.ok();
+        expect(&out, "graph_launch", CUDA_SUCCESS);
+        for key in ["graph_region_delta", "graph_free_delta"] {
+            let n = u64_of(&out, key);
+            assert!((200 * MIB..=202 * MIB).contains(&n), "{case}: `{key}`={n}, expected 200 MiB\n{}", out.dump());
+        }
+        out.assert_no_shim_errors();
+
+        let sb = cuda.sandbox(&format!("rc-cb-graph-over-{add}-{inst}"));
+        let out = py(&sb, "cuda_client.py", cuda).args(["graph_limit", "1536", add, inst]).go();
+        out.ok();
+        assert_eq!(out.val("graph_launch"), CUDA_ERROR_OUT_OF_MEMORY, "{case}: 1.5 GiB launched\n{}", out.dump());
+        // Nothing charged (the periodic reconciliation may settle a granule of driver-held memory
+        // meanwhile).
+        for key in ["graph_region_delta", "graph_free_delta"] {
+            let v = out.val(key);
+            let n: i64 = v.parse().unwrap_or_else(|_| panic!("{case}: `{key}`={v}\n{}", out.dump()));
+            assert!(n.unsigned_abs() <= 2 * MIB, "{case}: `{key}`={n} after a refused launch\n{}", out.dump());
+        }
+    }
 }
 
 /// A module is loaded from bytes, a kernel launched through the shim's hook, device memory round-trips.

@@ -245,8 +245,85 @@ pub unsafe fn graph_add_mem_alloc_node(
 ) -> CUresult {
     let r = unsafe { real(node, graph, deps, n, params) };
     if r == CUDA_SUCCESS && !params.is_null() {
-        let bytes = (unsafe { (*params).bytesize } as u64).div_ceil(GRANULE) * GRANULE;
-        book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+        alloc_node_added(graph, unsafe { (*params).bytesize } as u64);
+    }
+    r
+}
+
+/// A memory-allocation node of `bytes` is part of `graph`: its launches may grow the graph pool.
+fn alloc_node_added(graph: CUgraph, bytes: u64) {
+    let bytes = bytes.div_ceil(GRANULE) * GRANULE;
+    book(|b| *b.graphs.entry(graph as u64).or_default() += bytes);
+}
+
+/// The generic node parameters of a node `cuGraphAddNode*` added: a memory-allocation node counts
+/// like one of `cuGraphAddMemAllocNode`; a child-graph node brings its child's memory nodes (only
+/// a child moved into the graph, `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, may have any); other node
+/// types allocate nothing.
+///
+/// # Safety
+/// `params` is null or the caller's `CUgraphNodeParams`, valid for reads.
+unsafe fn generic_node_added(graph: CUgraph, params: *const CUgraphNodeParams) {
+    if params.is_null() {
+        return;
+    }
+    // SAFETY: `params` points to the caller's parameters (the function's contract). The union
+    // (`reserved1`, 232 bytes, 8-aligned) holds the member `type` names at its start: `alloc`, a
+    // CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes), or `graph`, a CUDA_CHILD_GRAPH_NODE_PARAMS whose
+    // first field is the child CUgraph.
+    unsafe {
+        let member = std::ptr::addr_of!((*params).reserved1);
+        match (*params).type_ {
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                alloc_node_added(graph, (*(member as *const CUDA_MEM_ALLOC_NODE_PARAMS)).bytesize as u64);
+            }
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                let child = *(member as *const CUgraph) as u64;
+                book(|b| {
+                    if let Some(&bytes) = b.graphs.get(&child) {
+                        *b.graphs.entry(graph as u64).or_default() += bytes;
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+const _: () = assert!(
+    size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() <= size_of::<[i64; 29]>()
+        && align_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() <= align_of::<[i64; 29]>()
+);
+
+/// `cuGraphAddNode` (12.2).
+pub unsafe fn graph_add_node(
+    real: pfn::cuGraphAddNode,
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    let r = unsafe { real(node, graph, deps, n, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { generic_node_added(graph, params) };
+    }
+    r
+}
+
+/// `cuGraphAddNode_v2` (12.3) and `_v3` (13.4): the same with edge data.
+pub unsafe fn graph_add_node_with_edges(
+    real: pfn::cuGraphAddNode_v2,
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    let r = unsafe { real(node, graph, deps, edges, n, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { generic_node_added(graph, params) };
     }
     r
 }
@@ -272,16 +349,72 @@ pub unsafe fn graph_instantiate(
     flags: u64,
 ) -> CUresult {
     let r = unsafe { real(exec, graph, flags) };
-    if r == CUDA_SUCCESS && !exec.is_null() {
-        let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
-        if bytes > 0
-            && let Some(o) = driver::current_ordinal()
-        {
-            book(|b| b.execs.insert(unsafe { *exec } as u64, (bytes, o)));
-            ANY_MEM_EXEC.store(true, Ordering::Release);
-        }
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
     }
     r
+}
+
+/// `cuGraphInstantiate` (10.0) and `_v2` (11.0), the ABIs with an error node and a log buffer.
+pub unsafe fn graph_instantiate_with_log(
+    real: pfn::cuGraphInstantiate,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    let r = unsafe { real(exec, graph, error_node, log, log_size) };
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
+    }
+    r
+}
+
+/// `cuGraphInstantiateWithParams` (12.0, and its per-thread-stream form).
+pub unsafe fn graph_instantiate_with_params(
+    real: pfn::cuGraphInstantiateWithParams,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: the new executable is uploaded too (as by cuGraphUpload).
+    // SAFETY: `params` is null or the caller's parameters (the function's contract).
+    let upload = !params.is_null() && unsafe { (*params).flags } & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD as u64 != 0;
+    let bytes = if upload { book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0)) } else { 0 };
+    let pool = match (bytes, driver::current_ordinal()) {
+        (1.., Some(o)) => match reserve_pool_growth(bytes, o, "cuGraphInstantiateWithParams (upload)") {
+            Ok(p) => Some(p),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    let r = unsafe { real(exec, graph, params) };
+    if r == CUDA_SUCCESS {
+        unsafe { instantiated(exec, graph) };
+    }
+    graph_launch_end(pool, r);
+    r
+}
+
+/// `graph` was instantiated into `*exec`: an executable of a graph with memory nodes is checked at
+/// its launches.
+///
+/// # Safety
+/// `exec` is null or the caller's out-pointer the driver just filled.
+unsafe fn instantiated(exec: *mut CUgraphExec, graph: CUgraph) {
+    if exec.is_null() {
+        return;
+    }
+    let bytes = book(|b| b.graphs.get(&(graph as u64)).copied().unwrap_or(0));
+    if bytes > 0
+        && let Some(o) = driver::current_ordinal()
+    {
+        // SAFETY: `exec` is valid and the driver wrote the executable there (the contract).
+        let e = unsafe { *exec } as u64;
+        book(|b| b.execs.insert(e, (bytes, o)));
+        ANY_MEM_EXEC.store(true, Ordering::Release);
+    }
 }
 
 pub unsafe fn graph_exec_destroy(real: pfn::cuGraphExecDestroy, exec: CUgraphExec) -> CUresult {
@@ -328,17 +461,26 @@ pub struct PoolGrowth {
 }
 
 pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUresult> {
+    exec_pool_growth(exec, "cuGraphLaunch")
+}
+
+fn exec_pool_growth(exec: CUgraphExec, what: &str) -> Result<Option<PoolGrowth>, CUresult> {
     if !ANY_MEM_EXEC.load(Ordering::Acquire) {
         return Ok(None);
     }
     let Some((bytes, o)) = book(|b| b.execs.get(&(exec as u64)).copied()) else { return Ok(None) };
+    reserve_pool_growth(bytes, o, what).map(Some)
+}
+
+/// Reserve what a footprint of `bytes` may add to ordinal `o`'s graph pool (refused: `Err`).
+fn reserve_pool_growth(bytes: u64, o: CUdevice, what: &str) -> Result<PoolGrowth, CUresult> {
     // What the pool's unused part lacks: allocations of earlier launches the application has not
     // freed yet keep their part of it.
     let reserved = pool_reserved(o).unwrap_or(0);
     let used = graph_mem_attr(o, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0).min(reserved);
     let growth = bytes.saturating_sub(reserved - used);
     if growth == 0 {
-        return Ok(Some(PoolGrowth { ordinal: o, res: None }));
+        return Ok(PoolGrowth { ordinal: o, res: None });
     }
     let st = state::get();
     let d = st.region_index(o);
@@ -348,17 +490,17 @@ pub fn graph_launch_begin(exec: CUgraphExec) -> Result<Option<PoolGrowth>, CUres
         r = st.ledger.reserve(d, growth, UsageKind::Data, limit);
     }
     match r {
-        Ok(res) => Ok(Some(PoolGrowth { ordinal: o, res: Some(res) })),
+        Ok(res) => Ok(PoolGrowth { ordinal: o, res: Some(res) }),
         Err(ReserveError::OverLimit(o)) => {
             crate::warn!(
-                "cuGraphLaunch: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; not launched",
+                "{what}: its graph memory ({growth} more bytes) does not fit on device {d}: {} used of {} limit; refused",
                 o.usage,
                 o.limit
             );
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
         Err(e) => {
-            crate::error!("cuGraphLaunch: {e}");
+            crate::error!("{what}: {e}");
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
     }
@@ -376,6 +518,18 @@ pub fn graph_launch_end(g: Option<PoolGrowth>, r: CUresult) {
         GRAPH_HELD[d].fetch_add(b, Ordering::AcqRel);
     }
     sync_pool(g.ordinal);
+}
+
+/// `cuGraphUpload` (+ `_ptsz`): the upload backs the executable's graph memory in the driver's
+/// graph pool ahead of its launches; checked and charged like a launch.
+pub unsafe fn graph_upload(real: pfn::cuGraphUpload, exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let pool = match exec_pool_growth(exec, "cuGraphUpload") {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let r = unsafe { real(exec, stream) };
+    graph_launch_end(pool, r);
+    r
 }
 
 /// Periodic (truth tick): the driver may give a graph pool back on its own (its device's last

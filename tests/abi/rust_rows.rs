@@ -4,7 +4,7 @@
 //     fn abi_rust_rows() -> Vec<AbiRustRow>
 //
 // with, for every row that has a Rust counterpart, the value the Rust bindings give. `ctype` rows
-// have none (C only); `func` rows check at compile time that the `PFN_` type exists.
+// have none (C only); `func` and `func13` rows check at compile time that the `PFN_` type exists.
 // Used by crates/cuda-types/tests/abi_table.rs and tests/abi_conformance.rs.
 
 #[allow(dead_code)]
@@ -62,5 +62,9 @@ macro_rules! abi_row {
     (func $hdr:ident $name:ident = $pfn:ident) => {{
         let _exists: $pfn = None;
         abi_row!(@row func $hdr $name; None, 0)
+    }};
+    (func13 $hdr:ident $name:ident = $pfn:ident) => {{
+        let _exists: $pfn = None;
+        abi_row!(@row func13 $hdr $name; None, 0)
     }};
 }

@@ -9,6 +9,7 @@
 //   ctype  — typedef target, spelled as in include/ (C: __builtin_types_compatible_p == 1)
 //   func   — function: prototype in include/, declared identically by NVIDIA's header
 //            (versioned names included), PFN_<name> typedef matches it
+//   func13 — the same for a function only NVIDIA's 13.x headers declare (checked against them)
 //
 // Expected values are NVIDIA's (CUDA 12.9 cuda.h, nvml.h; LP64). tests/abi_conformance.rs parses
 // this file and checks include/vgpu_cuda.h + include/vgpu_nvml.h, NVIDIA's headers and the Rust
@@ -884,6 +885,52 @@ abi_table! {
     size   cuda CUgraphMem_attribute = 4;
     align  cuda CUgraphMem_attribute = 4;
     align  cuda CUDA_MEM_ALLOC_NODE_PARAMS = 8;
+
+    // ---- cuda: generic graph nodes and instantiation parameters (src/driver_costs.rs) ----
+    ctype  cuda CUgraphEdgeData = "struct CUgraphEdgeData_st";
+    size   cuda CUgraphEdgeData = 8;
+    align  cuda CUgraphEdgeData = 1;
+    offset cuda CUgraphEdgeData.from_port = 0;
+    offset cuda CUgraphEdgeData.to_port = 1;
+    offset cuda CUgraphEdgeData.type = 2;
+    offset cuda CUgraphEdgeData.reserved = 3;
+    ctype  cuda CUgraphNodeParams = "struct CUgraphNodeParams_st";
+    size   cuda CUgraphNodeParams = 256;
+    align  cuda CUgraphNodeParams = 8;
+    offset cuda CUgraphNodeParams.type = 0;
+    offset cuda CUgraphNodeParams.reserved0 = 4;
+    offset cuda CUgraphNodeParams.reserved1 = 16;
+    offset cuda CUgraphNodeParams.reserved2 = 248;
+    ctype  cuda CUgraphInstantiateResult = "enum CUgraphInstantiateResult_enum";
+    size   cuda CUgraphInstantiateResult = 4;
+    align  cuda CUgraphInstantiateResult = 4;
+    value  cuda CUDA_GRAPH_INSTANTIATE_SUCCESS = 0;
+    value  cuda CUDA_GRAPH_INSTANTIATE_ERROR = 1;
+    value  cuda CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE = 2;
+    value  cuda CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED = 3;
+    value  cuda CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED = 4;
+    value  cuda CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED = 5;
+    ctype  cuda CUDA_GRAPH_INSTANTIATE_PARAMS = "struct CUDA_GRAPH_INSTANTIATE_PARAMS_st";
+    size   cuda CUDA_GRAPH_INSTANTIATE_PARAMS = 32;
+    align  cuda CUDA_GRAPH_INSTANTIATE_PARAMS = 8;
+    offset cuda CUDA_GRAPH_INSTANTIATE_PARAMS.flags = 0;
+    offset cuda CUDA_GRAPH_INSTANTIATE_PARAMS.hUploadStream = 8;
+    offset cuda CUDA_GRAPH_INSTANTIATE_PARAMS.hErrNode_out = 16;
+    offset cuda CUDA_GRAPH_INSTANTIATE_PARAMS.result_out = 24;
+    func   cuda cuGraphAddNode = PFN_cuGraphAddNode;
+    func   cuda cuGraphAddNode_v2 = PFN_cuGraphAddNode_v2;
+    func   cuda cuGraphInstantiate = PFN_cuGraphInstantiate;
+    func   cuda cuGraphInstantiate_v2 = PFN_cuGraphInstantiate_v2;
+    func   cuda cuGraphInstantiateWithParams = PFN_cuGraphInstantiateWithParams;
+    func   cuda cuGraphInstantiateWithParams_ptsz = PFN_cuGraphInstantiateWithParams_ptsz;
+    func   cuda cuGraphUpload = PFN_cuGraphUpload;
+    func   cuda cuCtxCreate = PFN_cuCtxCreate;
+    func   cuda cuCtxDestroy = PFN_cuCtxDestroy;
+    func   cuda cuGraphUpload_ptsz = PFN_cuGraphUpload_ptsz;
+    // Declared by NVIDIA's 13.x headers only: checked against them by
+    // tests/abi_conformance.rs::declared_symbols_have_the_pfn_types_of_their_thresholds.
+    func13 cuda cuGraphAddNode_v3 = PFN_cuGraphAddNode_v3;
+    func13 cuda cuMemSetMemPool = PFN_cuMemSetMemPool;
     func   cuda cuInit = PFN_cuInit;
     func   cuda cuGetProcAddress = PFN_cuGetProcAddress;
     func   cuda cuGetProcAddress_v2 = PFN_cuGetProcAddress_v2;

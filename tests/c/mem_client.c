@@ -13,6 +13,9 @@
  *   ctx_release ORD | ctx_reset ORD      cuDevicePrimaryCtxRelease_v2 / Reset_v2
  *   ctx_create ORD                       cuCtxCreate_v2 (becomes current) -> id
  *   ctx_destroy ID
+ *   ctx_create_at ORD VER                cuCtxCreate as cuGetProcAddress_v2 answers it at VER
+ *                                        (2000: the v1 ABI) -> id
+ *   ctx_destroy_at ID VER                cuCtxDestroy as answered at VER
  *   alloc BYTES                          cuMemAlloc_v2 -> id ptr
  *   pitch W H ELEM                       cuMemAllocPitch_v2 -> id pitch
  *   managed BYTES FLAGS                  cuMemAllocManaged
@@ -363,6 +366,21 @@ int main(void) {
             int rc = cuCtxCreate_v2(&cx, 0, (int)a);
             if (!rc) cur_ctx = cx;
             printf("rc=%d id=%d\n", rc, rc ? -1 : add_obj(K_CTX, (unsigned long long)(uintptr_t)cx, 0));
+        } else if (!strcmp(cmd, "ctx_create_at")) {
+            void *f = NULL;
+            CUcontext cx = NULL;
+            int rc = cuGetProcAddress_v2("cuCtxCreate", &f, (int)b, 0, NULL);
+            if (!rc && !f) rc = 500; /* CUDA_ERROR_NOT_FOUND */
+            if (!rc) rc = ((CUresult (*)(CUcontext *, unsigned int, CUdevice))f)(&cx, 0, (int)a);
+            if (!rc) cur_ctx = cx;
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add_obj(K_CTX, (unsigned long long)(uintptr_t)cx, 0));
+        } else if (!strcmp(cmd, "ctx_destroy_at")) {
+            void *f = NULL;
+            Obj *o = get_obj((int)a);
+            int rc = cuGetProcAddress_v2("cuCtxDestroy", &f, (int)b, 0, NULL);
+            if (!rc && !f) rc = 500;
+            if (!rc) rc = ((CUresult (*)(CUcontext))f)((CUcontext)(uintptr_t)o->v);
+            reply_rc(rc);
         } else if (!strcmp(cmd, "ctx_destroy")) {
             Obj *o = get_obj((int)a);
             reply_rc(cuCtxDestroy_v2((CUcontext)(uintptr_t)o->v));

@@ -12,6 +12,12 @@
  *   limit L V               cuCtxSetLimit(L, V)
  *   graph MIB [KEEP]        graph with one MIB MiB memory-allocation node and a free node of it
  *                           (KEEP=1: no free node), instantiated -> id
+ *   graph_at MIB VER        the same graph (with its free node), instantiated through the pointer
+ *                           cuGetProcAddress_v2("cuGraphInstantiate", VER) hands out: the
+ *                           (exec, graph, errNode, log, size) ABI below 12000 -> id
+ *   graph_params MIB FLAGS  the same graph, instantiated with cuGraphInstantiateWithParams(FLAGS;
+ *                           2: upload) -> id
+ *   graph_upload ID         cuGraphUpload on the NULL stream
  *   graph_launch ID         cuGraphLaunch on the NULL stream + cuCtxSynchronize
  *   trim ORD                cuDeviceGraphMemTrim
  *   graph_attr ORD          cuDeviceGetGraphMemAttribute -> used reserved (the driver's own figures)
@@ -59,6 +65,14 @@ CUresult cuGraphCreate(CUgraph *g, unsigned flags);
 CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd, MemAllocNodeParams *p);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+typedef struct {
+    unsigned long long flags;
+    CUstream upload_stream;
+    CUgraphNode err_node;
+    int result;
+} InstantiateParams;
+CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, InstantiateParams *p);
+CUresult cuGraphUpload(CUgraphExec e, CUstream s);
 CUresult cuDeviceGraphMemTrim(CUdevice d);
 CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t nd, CUdeviceptr p);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v);
@@ -167,6 +181,48 @@ int main(void) {
             if (!rc && !b) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
             if (!rc) rc = cuGraphInstantiateWithFlags(&e, g, 0);
             printf("rc=%d id=%d dptr=%llx\n", rc, rc ? -1 : add(e), p.dptr);
+        } else if (!strcmp(cmd, "graph_at")) {
+            CUgraph g = NULL;
+            CUgraphNode n = NULL, fn_ = NULL;
+            CUgraphExec e = NULL;
+            MemAllocNodeParams p;
+            memset(&p, 0, sizeof p);
+            p.allocType = 1; /* pinned */
+            p.locType = 1;   /* device */
+            p.bytesize = (size_t)a << 20;
+            void *f = NULL;
+            int rc = cuGetProcAddress_v2("cuGraphInstantiate", &f, (int)b, 0, NULL);
+            if (!rc && !f) rc = 500; /* CUDA_ERROR_NOT_FOUND */
+            if (!rc) rc = cuGraphCreate(&g, 0);
+            if (!rc) rc = cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+            if (!rc) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
+            if (!rc && b < 12000) {
+                char log[64];
+                CUgraphNode err = NULL;
+                rc = ((CUresult (*)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))f)(&e, g, &err, log, sizeof log);
+            } else if (!rc) {
+                rc = ((CUresult (*)(CUgraphExec *, CUgraph, unsigned long long))f)(&e, g, 0);
+            }
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
+        } else if (!strcmp(cmd, "graph_params")) {
+            CUgraph g = NULL;
+            CUgraphNode n = NULL, fn_ = NULL;
+            CUgraphExec e = NULL;
+            MemAllocNodeParams p;
+            memset(&p, 0, sizeof p);
+            p.allocType = 1; /* pinned */
+            p.locType = 1;   /* device */
+            p.bytesize = (size_t)a << 20;
+            InstantiateParams ip;
+            memset(&ip, 0, sizeof ip);
+            ip.flags = b;
+            int rc = cuGraphCreate(&g, 0);
+            if (!rc) rc = cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+            if (!rc) rc = cuGraphAddMemFreeNode(&fn_, g, &n, 1, p.dptr);
+            if (!rc) rc = cuGraphInstantiateWithParams(&e, g, &ip);
+            printf("rc=%d id=%d\n", rc, rc ? -1 : add(e));
+        } else if (!strcmp(cmd, "graph_upload")) {
+            printf("rc=%d\n", cuGraphUpload((CUgraphExec)objs[a], NULL));
         } else if (!strcmp(cmd, "graph_launch")) {
             int rc = cuGraphLaunch((CUgraphExec)objs[a], NULL);
             if (!rc) rc = cuCtxSynchronize();

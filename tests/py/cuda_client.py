@@ -18,6 +18,12 @@ Prints `key=value` lines (CUresult values by name, e.g. CUDA_ERROR_OUT_OF_MEMORY
   graph_node [MiB] a graph built with cuGraphAddNode (12.2+; the bindings pick the newest ABI the
                   driver has): a memory-allocation node, a kernel node after it; instantiated,
                   launched; cuMemGetInfo before and after
+  graph_limit MiB ADD INST
+                  a graph of one memory-allocation node of MiB, added with ADD (`node`:
+                  cuGraphAddNode, `alloc`: cuGraphAddMemAllocNode, `child`: in a child graph
+                  moved into the graph with cuGraphAddNode), instantiated with INST (`flags`:
+                  cuGraphInstantiate, `params`: cuGraphInstantiateWithParams), launched (its result
+                  printed, not fatal); cuMemGetInfo and the region slot before and after
   pool            cuMemPoolCreate (device location) + cuMemAllocFromPoolAsync: counted, refused
                   beyond the limit, uncounted when freed and the pool destroyed
   steps STEP...   the step language of limit_client.c (info, alloc:<MiB>, alloc:free,
@@ -327,6 +333,63 @@ def scenario_graph_node(mib=200):
     kv("done", 1)
 
 
+def call(key, res):
+    """Print a call's CUresult without judging it. Returns (CUresult, values)."""
+    kv(key, name(res[0]))
+    return res[0], res[1:]
+
+
+def scenario_graph_limit(mib, add, inst):
+    dev, _ = setup()
+    f0, _ = meminfo()
+    u0 = region_used()
+    g = ok("graph_create", cu.cuGraphCreate(0))
+    if add == "node":
+        p = cu.CUgraphNodeParams()
+        p.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEM_ALLOC
+        a = p.alloc
+    else:
+        p = a = cu.CUDA_MEM_ALLOC_NODE_PARAMS()
+    a.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    a.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    a.poolProps.location.id = int(dev)
+    a.bytesize = mib * MIB
+    if add == "child":
+        child = ok("child_create", cu.cuGraphCreate(0))
+        ok("add_alloc_node", cu.cuGraphAddMemAllocNode(child, None, 0, p))
+        c = cu.CUgraphNodeParams()
+        c.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_GRAPH
+        c.graph.graph = child
+        c.graph.ownership = cu.CUgraphChildGraphNodeOwnership.CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE
+        if MAJOR >= 13:
+            ok("add_child_node", cu.cuGraphAddNode(g, None, None, 0, c))
+        else:
+            ok("add_child_node", cu.cuGraphAddNode(g, None, 0, c))
+    elif add == "alloc":
+        ok("add_alloc_node", cu.cuGraphAddMemAllocNode(g, None, 0, p))
+    elif MAJOR >= 13:
+        ok("add_alloc_node", cu.cuGraphAddNode(g, None, None, 0, p))
+    else:
+        ok("add_alloc_node", cu.cuGraphAddNode(g, None, 0, p))
+    if inst == "params":
+        ip = cu.CUDA_GRAPH_INSTANTIATE_PARAMS()
+        ip.flags = 0
+        ex = ok("instantiate", cu.cuGraphInstantiateWithParams(g, ip))
+    else:
+        ex = ok("instantiate", cu.cuGraphInstantiate(g, 0))
+    stream = ok("stream_create", cu.cuStreamCreate(0))
+    err, _ = call("graph_launch", cu.cuGraphLaunch(ex, stream))
+    ok("stream_sync", cu.cuStreamSynchronize(stream))
+    f1, _ = meminfo()
+    u1 = region_used()
+    kv("graph_free_delta", diff(f0, f1))
+    kv("graph_region_delta", diff(u1, u0))
+    ok("exec_destroy", cu.cuGraphExecDestroy(ex))
+    ok("graph_destroy", cu.cuGraphDestroy(g))
+    ok("stream_destroy", cu.cuStreamDestroy(stream))
+    kv("done", 1)
+
+
 def scenario_pool(mib=200):
     dev, _ = setup()
     stream = ok("stream_create", cu.cuStreamCreate(0))
@@ -453,6 +516,8 @@ def main(argv):
         scenario_library()
     elif sc == "graph_node":
         scenario_graph_node(*(int(a) for a in args))
+    elif sc == "graph_limit":
+        scenario_graph_limit(int(args[0]), args[1], args[2])
     elif sc == "pool":
         scenario_pool(*(int(a) for a in args))
     elif sc == "steps":

@@ -1341,6 +1341,100 @@ impl Default for CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
 }
 pub type CUDA_MEM_ALLOC_NODE_PARAMS_v1 = CUDA_MEM_ALLOC_NODE_PARAMS_v1_st;
 pub type CUDA_MEM_ALLOC_NODE_PARAMS = CUDA_MEM_ALLOC_NODE_PARAMS_v1;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUgraphEdgeData_st {
+    pub from_port: ::core::ffi::c_uchar,
+    pub to_port: ::core::ffi::c_uchar,
+    pub type_: ::core::ffi::c_uchar,
+    pub reserved: [::core::ffi::c_uchar; 5usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUgraphEdgeData_st"][::core::mem::size_of::<CUgraphEdgeData_st>() - 8usize];
+    ["Alignment of CUgraphEdgeData_st"][::core::mem::align_of::<CUgraphEdgeData_st>() - 1usize];
+    ["Offset of field: CUgraphEdgeData_st::from_port"]
+        [::core::mem::offset_of!(CUgraphEdgeData_st, from_port) - 0usize];
+    ["Offset of field: CUgraphEdgeData_st::to_port"]
+        [::core::mem::offset_of!(CUgraphEdgeData_st, to_port) - 1usize];
+    ["Offset of field: CUgraphEdgeData_st::type_"]
+        [::core::mem::offset_of!(CUgraphEdgeData_st, type_) - 2usize];
+    ["Offset of field: CUgraphEdgeData_st::reserved"]
+        [::core::mem::offset_of!(CUgraphEdgeData_st, reserved) - 3usize];
+};
+pub type CUgraphEdgeData = CUgraphEdgeData_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgraphNodeParams_st {
+    pub type_: CUgraphNodeType,
+    pub reserved0: [::core::ffi::c_int; 3usize],
+    pub reserved1: [::core::ffi::c_longlong; 29usize],
+    pub reserved2: ::core::ffi::c_longlong,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUgraphNodeParams_st"][::core::mem::size_of::<CUgraphNodeParams_st>() - 256usize];
+    ["Alignment of CUgraphNodeParams_st"][::core::mem::align_of::<CUgraphNodeParams_st>() - 8usize];
+    ["Offset of field: CUgraphNodeParams_st::type_"]
+        [::core::mem::offset_of!(CUgraphNodeParams_st, type_) - 0usize];
+    ["Offset of field: CUgraphNodeParams_st::reserved0"]
+        [::core::mem::offset_of!(CUgraphNodeParams_st, reserved0) - 4usize];
+    ["Offset of field: CUgraphNodeParams_st::reserved1"]
+        [::core::mem::offset_of!(CUgraphNodeParams_st, reserved1) - 16usize];
+    ["Offset of field: CUgraphNodeParams_st::reserved2"]
+        [::core::mem::offset_of!(CUgraphNodeParams_st, reserved2) - 248usize];
+};
+impl Default for CUgraphNodeParams_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUgraphNodeParams = CUgraphNodeParams_st;
+pub const CUDA_GRAPH_INSTANTIATE_SUCCESS: CUgraphInstantiateResult_enum = 0;
+pub const CUDA_GRAPH_INSTANTIATE_ERROR: CUgraphInstantiateResult_enum = 1;
+pub const CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE: CUgraphInstantiateResult_enum = 2;
+pub const CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED: CUgraphInstantiateResult_enum = 3;
+pub const CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED: CUgraphInstantiateResult_enum = 4;
+pub const CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: CUgraphInstantiateResult_enum = 5;
+pub type CUgraphInstantiateResult_enum = ::core::ffi::c_uint;
+pub use self::CUgraphInstantiateResult_enum as CUgraphInstantiateResult;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    pub flags: cuuint64_t,
+    pub hUploadStream: CUstream,
+    pub hErrNode_out: CUgraphNode,
+    pub result_out: CUgraphInstantiateResult,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUDA_GRAPH_INSTANTIATE_PARAMS_st"]
+        [::core::mem::size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS_st>() - 32usize];
+    ["Alignment of CUDA_GRAPH_INSTANTIATE_PARAMS_st"]
+        [::core::mem::align_of::<CUDA_GRAPH_INSTANTIATE_PARAMS_st>() - 8usize];
+    ["Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::flags"]
+        [::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, flags) - 0usize];
+    ["Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::hUploadStream"]
+        [::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, hUploadStream) - 8usize];
+    ["Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::hErrNode_out"]
+        [::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, hErrNode_out) - 16usize];
+    ["Offset of field: CUDA_GRAPH_INSTANTIATE_PARAMS_st::result_out"]
+        [::core::mem::offset_of!(CUDA_GRAPH_INSTANTIATE_PARAMS_st, result_out) - 24usize];
+};
+impl Default for CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_GRAPH_INSTANTIATE_PARAMS = CUDA_GRAPH_INSTANTIATE_PARAMS_st;
 pub type PFN_cuInit =
     ::core::option::Option<unsafe extern "C" fn(Flags: ::core::ffi::c_uint) -> CUresult>;
 pub type PFN_cuGetProcAddress = ::core::option::Option<
@@ -1465,6 +1559,13 @@ pub type PFN_cuDevicePrimaryCtxReset =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
 pub type PFN_cuDevicePrimaryCtxReset_v2 =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice) -> CUresult>;
+pub type PFN_cuCtxCreate = ::core::option::Option<
+    unsafe extern "C" fn(
+        pctx: *mut CUcontext,
+        flags: ::core::ffi::c_uint,
+        dev: CUdevice,
+    ) -> CUresult,
+>;
 pub type PFN_cuCtxCreate_v2 = ::core::option::Option<
     unsafe extern "C" fn(
         pctx: *mut CUcontext,
@@ -1489,6 +1590,8 @@ pub type PFN_cuCtxCreate_v4 = ::core::option::Option<
         dev: CUdevice,
     ) -> CUresult,
 >;
+pub type PFN_cuCtxDestroy =
+    ::core::option::Option<unsafe extern "C" fn(ctx: CUcontext) -> CUresult>;
 pub type PFN_cuCtxDestroy_v2 =
     ::core::option::Option<unsafe extern "C" fn(ctx: CUcontext) -> CUresult>;
 pub type PFN_cuCtxSetCurrent =
@@ -1639,8 +1742,75 @@ pub type PFN_cuGraphAddMemAllocNode = ::core::option::Option<
         nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
     ) -> CUresult,
 >;
+pub type PFN_cuGraphAddNode = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphAddNode_v2 = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphAddNode_v3 = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphNode: *mut CUgraphNode,
+        hGraph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependencyData: *const CUgraphEdgeData,
+        numDependencies: usize,
+        nodeParams: *mut CUgraphNodeParams,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphInstantiate = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        phErrorNode: *mut CUgraphNode,
+        logBuffer: *mut ::core::ffi::c_char,
+        bufferSize: usize,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphInstantiate_v2 = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        phErrorNode: *mut CUgraphNode,
+        logBuffer: *mut ::core::ffi::c_char,
+        bufferSize: usize,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphInstantiateWithParams = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphInstantiateWithParams_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    ) -> CUresult,
+>;
 pub type PFN_cuGraphExecDestroy =
     ::core::option::Option<unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult>;
+pub type PFN_cuGraphUpload = ::core::option::Option<
+    unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+>;
+pub type PFN_cuGraphUpload_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+>;
 pub type PFN_cuDeviceGraphMemTrim =
     ::core::option::Option<unsafe extern "C" fn(device: CUdevice) -> CUresult>;
 pub type PFN_cuMemPoolCreate = ::core::option::Option<
@@ -1660,6 +1830,13 @@ pub type PFN_cuGreenCtxDestroy =
     ::core::option::Option<unsafe extern "C" fn(hCtx: CUgreenCtx) -> CUresult>;
 pub type PFN_cuDeviceSetMemPool =
     ::core::option::Option<unsafe extern "C" fn(dev: CUdevice, pool: CUmemoryPool) -> CUresult>;
+pub type PFN_cuMemSetMemPool = ::core::option::Option<
+    unsafe extern "C" fn(
+        location: *mut CUmemLocation,
+        type_: CUmemAllocationType,
+        pool: CUmemoryPool,
+    ) -> CUresult,
+>;
 pub type PFN_cuCtxFromGreenCtx = ::core::option::Option<
     unsafe extern "C" fn(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult,
 >;

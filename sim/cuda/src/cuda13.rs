@@ -231,11 +231,12 @@ pub(crate) struct CUgraphNodeParams {
 const _: () = assert!(std::mem::size_of::<CUgraphNodeParams>() == 256);
 
 const NODE_KERNEL: u32 = 0;
+const NODE_GRAPH: u32 = 4;
 const NODE_MEM_ALLOC: u32 = 10;
 const NODE_MEM_FREE: u32 = 11;
 
 /// `cuGraphAddNode` (12.2) and its `_v2`/`_v3` (edge data, 12.3 / 13.4): the node types the sim
-/// models (kernel, memory allocation, memory free) as their own `cuGraphAdd*Node`; edge data is
+/// models (kernel, child graph, memory allocation, memory free) as their own `cuGraphAdd*Node`; edge data is
 /// accepted and ignored (every sim edge is a default edge). Other types: not supported.
 pub(crate) fn graph_add_node(
     pn: *mut CUgraphNode,
@@ -257,6 +258,13 @@ pub(crate) fn graph_add_node(
             crate::graph::add_kernel_node_v2(pn, g, deps, n, &k)
         }
         NODE_MEM_ALLOC => crate::graph::add_mem_alloc_node(pn, g, deps, n, body as *mut CUDA_MEM_ALLOC_NODE_PARAMS),
+        NODE_GRAPH => {
+            // SAFETY: the child-graph member (CUDA_CHILD_GRAPH_NODE_PARAMS: the CUgraph, then the
+            // ownership) is at the union.
+            let child = unsafe { (body as *const u64).read_unaligned() };
+            let ownership = unsafe { (body.add(8) as *const i32).read_unaligned() };
+            crate::graph::add_child_graph_node(pn, g, deps, n, child, ownership == 1)
+        }
         NODE_MEM_FREE => {
             // SAFETY: the free member (CUDA_MEM_FREE_NODE_PARAMS: one CUdeviceptr) is at the union.
             let dptr = unsafe { (body as *const CUdeviceptr).read_unaligned() };

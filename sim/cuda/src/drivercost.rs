@@ -241,6 +241,21 @@ pub(crate) fn graph_pool_launch(
     Ok(())
 }
 
+/// `cuGraphUpload` of an executable with a graph-memory footprint on `dev`: the graph pool grows
+/// to back it (as its launch would), nothing is allocated yet.
+pub(crate) fn graph_pool_upload(sim: &mut Sim, dev: usize, footprint: u64) -> Result<(), CUresult> {
+    let p = sim.held.graph_pool[dev];
+    let free = p.reserved - p.used;
+    if footprint > free {
+        charge(dev, footprint - free)?;
+        let p = &mut sim.held.graph_pool[dev];
+        p.reserved += footprint - free;
+        p.reserved_high = p.reserved_high.max(p.reserved);
+        simlog!("graph pool on device {} grew to {} bytes (upload)", dev, p.reserved);
+    }
+    Ok(())
+}
+
 /// A live graph allocation is freed (outside its graph, or by another graph's free node): its
 /// memory goes back to the graph pool, not to the device. `false`: not a live graph allocation.
 pub(crate) fn graph_free(sim: &mut Sim, addr: u64) -> bool {

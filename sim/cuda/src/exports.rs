@@ -109,6 +109,18 @@ exports! {
     "cuDevicePrimaryCtxGetState" @ 7000 => fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut u32, active: *mut i32) {
         context::primary_get_state(dev, flags, active)
     }
+    "cuCtxCreate" @ 2000 => fn cuCtxCreate(pctx: *mut CUcontext, flags: u32, dev: CUdevice) {
+        if !crate::knobs().legacy_ctx {
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        context::ctx_create(pctx, flags, dev)
+    }
+    "cuCtxDestroy" @ 2000 => fn cuCtxDestroy(ctx: CUcontext) {
+        if !crate::knobs().legacy_ctx {
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        context::ctx_destroy(ctx)
+    }
     "cuCtxCreate" @ 3020 => fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: u32, dev: CUdevice) { context::ctx_create(pctx, flags, dev) }
     "cuCtxCreate" @ 11040 => fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, n: i32, flags: u32, dev: CUdevice) {
         let _ = (params, n);
@@ -536,6 +548,14 @@ exports! {
         graph::instantiate_v1(e, g, err, log, size)
     }
     "cuGraphInstantiateWithFlags" @ 11040 => fn cuGraphInstantiateWithFlags(e: *mut CUgraphExec, g: CUgraph, flags: u64) { graph::instantiate(e, g, flags) }
+    "cuGraphInstantiateWithParams" @ 12000 => fn cuGraphInstantiateWithParams(e: *mut CUgraphExec, g: CUgraph, p: *mut graph::InstantiateParams) {
+        graph::instantiate_with_params(e, g, p)
+    }
+    "cuGraphInstantiateWithParams" @ 12000 [ptds] => fn cuGraphInstantiateWithParams_ptsz(e: *mut CUgraphExec, g: CUgraph, p: *mut graph::InstantiateParams) {
+        graph::instantiate_with_params(e, g, p)
+    }
+    "cuGraphUpload" @ 11010 => fn cuGraphUpload(e: CUgraphExec, h: CUstream) { graph::graph_upload(e, h, false) }
+    "cuGraphUpload" @ 11010 [ptds] => fn cuGraphUpload_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_upload(e, h, true) }
     "cuGraphLaunch" @ 10000 => fn cuGraphLaunch(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, false) }
     "cuGraphLaunch" @ 10000 [ptds] => fn cuGraphLaunch_ptsz(e: CUgraphExec, h: CUstream) { graph::graph_launch(e, h, true) }
     "cuGraphAddMemAllocNode" @ 11040 => fn cuGraphAddMemAllocNode(

@@ -174,6 +174,49 @@ pub(crate) fn add_alloc_node(sim: &mut Sim, g: u64, deps: &[u64], bytes: u64) ->
     Ok((h, base))
 }
 
+/// A child-graph node (`cuGraphAddNode` with `CU_GRAPH_NODE_TYPE_GRAPH`): the child's nodes join
+/// the parent. Moved (ownership `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, 12.9) the child graph
+/// becomes the parent's, memory nodes included; cloned, a child with memory nodes is refused
+/// (`CUDA_ERROR_NOT_SUPPORTED`, as the driver answers) and its kernel nodes are copied.
+pub(crate) fn add_child_graph_node(
+    pn: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: u64,
+    moved: bool,
+) -> CUresult {
+    cu_try!({
+        check_init()?;
+        nonnull(pn)?;
+        let deps = unsafe { deps_vec(deps, n)? };
+        let g = g as u64;
+        let mut sim = sim::lock();
+        let kids = sim.graphs.get(&child).ok_or(CUDA_ERROR_INVALID_VALUE)?.nodes.clone();
+        let has_mem = kids.iter().any(|k| sim.nodes.get(k).is_some_and(|x| x.mem.is_some() || x.free.is_some()));
+        if child == g || (has_mem && !moved) {
+            return Err(if child == g { CUDA_ERROR_INVALID_VALUE } else { CUDA_ERROR_NOT_SUPPORTED });
+        }
+        let h = add_node(&mut sim, g, &deps, NO_KERNEL, std::ptr::null_mut(), std::ptr::null_mut(), 0, 0)?;
+        if moved {
+            sim.graphs.remove(&child);
+            for k in &kids {
+                if let Some(x) = sim.nodes.get_mut(k) {
+                    x.graph = g;
+                }
+            }
+            sim.graphs.get_mut(&g).unwrap().nodes.extend(kids);
+        } else {
+            for k in kids {
+                let x = &sim.nodes[&k];
+                let (p, kp, ex, kern, ctx) = (x.params, x.kernel_params, x.extra, x.kern, x.ctx);
+                add_node(&mut sim, g, &[], p, kp, ex, kern, ctx)?;
+            }
+        }
+        unsafe { out(pn, h as CUgraphNode) }
+    })
+}
+
 /// The allocation node whose address is `addr`, if any.
 fn alloc_node_of(sim: &Sim, addr: u64) -> Option<u64> {
     sim.nodes.iter().find(|(_, n)| n.mem.is_some_and(|m| m.0 == addr)).map(|(h, _)| *h)
@@ -342,7 +385,12 @@ pub(crate) fn instantiate(pe: *mut CUgraphExec, g: CUgraph, flags: u64) -> CUres
         let mut sim = sim::lock();
         let gr = sim.graphs.get(&(g as u64)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let nodes: Vec<&Node> = gr.nodes.iter().filter_map(|n| sim.nodes.get(n)).collect();
-        let kernels = nodes.iter().filter(|n| n.mem.is_none() && n.free.is_none()).map(|n| n.params).collect();
+        // Memory and child-graph nodes launch no kernel of their own.
+        let kernels = nodes
+            .iter()
+            .filter(|n| n.mem.is_none() && n.free.is_none() && n.params.func != 0)
+            .map(|n| n.params)
+            .collect();
         let mem_bytes: u64 = nodes.iter().filter_map(|n| n.mem).map(|m| m.2).sum();
         let freed: Vec<u64> = nodes.iter().filter_map(|n| n.free).collect();
         let allocated: Vec<u64> = nodes.iter().filter_map(|n| n.mem).map(|m| m.0).collect();
@@ -373,6 +421,55 @@ pub(crate) fn instantiate_v1(
         }
     }
     r
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (12.0).
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: CUstream,
+    err_node_out: CUgraphNode,
+    result_out: u32,
+}
+
+/// `cuGraphInstantiateWithParams`: the flags of `params`; the upload flag is accepted (the sim
+/// uploads nothing), the result written back.
+pub(crate) fn instantiate_with_params(pe: *mut CUgraphExec, g: CUgraph, params: *mut InstantiateParams) -> CUresult {
+    if params.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: `params` is the caller's CUDA_GRAPH_INSTANTIATE_PARAMS (the function's contract).
+    let flags = unsafe { (*params).flags };
+    let mut r = instantiate(pe, g, flags);
+    if r == CUDA_SUCCESS && flags & 2 != 0 {
+        // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD
+        r = graph_upload(unsafe { *pe }, std::ptr::null_mut(), false);
+        if r != CUDA_SUCCESS {
+            sim::lock().execs.remove(&(unsafe { *pe } as u64));
+        }
+    }
+    unsafe {
+        (*params).err_node_out = std::ptr::null_mut();
+        // CUDA_GRAPH_INSTANTIATE_SUCCESS / CUDA_GRAPH_INSTANTIATE_ERROR
+        (*params).result_out = u32::from(r != CUDA_SUCCESS);
+    }
+    r
+}
+
+/// `cuGraphUpload`: the executable's graph memory is backed in the graph pool (stream ordering
+/// is not modelled).
+pub(crate) fn graph_upload(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {
+    cu_try!({
+        check_init()?;
+        let mut sim = sim::lock();
+        crate::stream::resolve(&mut sim, h, ptds)?;
+        let (dev, bytes) =
+            sim.execs.get(&(e as u64)).map(|x| (x.mem_dev, x.mem_bytes)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if bytes > 0 {
+            crate::drivercost::graph_pool_upload(&mut sim, dev, bytes)?;
+        }
+        Ok(())
+    })
 }
 
 pub(crate) fn graph_launch(e: CUgraphExec, h: CUstream, ptds: bool) -> CUresult {

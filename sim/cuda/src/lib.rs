@@ -50,6 +50,9 @@ pub(crate) struct Knobs {
     /// `VGPU_SIM_PROCADDR_THUNKS=1`: `cuGetProcAddress` hands out unexported thunks, not the
     /// exported functions' addresses.
     pub procaddr_thunks: bool,
+    /// `VGPU_SIM_LEGACY_CTX=1`: the 2000 ABIs `cuCtxCreate` / `cuCtxDestroy` (the parameters of
+    /// their `_v2`) work; otherwise they answer `CUDA_ERROR_NOT_SUPPORTED`.
+    pub legacy_ctx: bool,
     pub log: bool,
     pub count_file: Option<String>,
     /// `VGPU_SIM_FAST_OOM=1`: an allocation on a full device is refused the way a real driver
@@ -72,6 +75,7 @@ pub(crate) fn knobs() -> &'static Knobs {
         max_queue_ns: env_u64("VGPU_SIM_MAX_QUEUE_US").unwrap_or(20_000) * 1000,
         unknown_stub: std::env::var("VGPU_SIM_UNKNOWN").map(|v| v.trim() == "stub").unwrap_or(false),
         procaddr_thunks: std::env::var("VGPU_SIM_PROCADDR_THUNKS").map(|v| v.trim() == "1").unwrap_or(false),
+        legacy_ctx: std::env::var("VGPU_SIM_LEGACY_CTX").map(|v| v.trim() == "1").unwrap_or(false),
         log: std::env::var("VGPU_SIM_LOG").map(|v| v.trim() == "1").unwrap_or(false),
         count_file: std::env::var("VGPU_SIM_COUNT_FILE").ok().filter(|s| !s.is_empty()),
         fast_oom: std::env::var("VGPU_SIM_FAST_OOM").map(|v| v.trim() == "1").unwrap_or(false),
