@@ -13,7 +13,8 @@
 //! * [`correction`]: the slow outer loop correcting this process's charges from NVML.
 //! * [`feedback`]: HAMi's `utilization_switch` / `recent_kernel` / `last_kernel_time` and the
 //!   `GPU_CORE_UTILIZATION_POLICY` rules.
-//! * [`nvmlspan`]: the NVML tick's arithmetic (samples weighed into busy time per span, shares).
+//! * [`nvmlspan`]: one NVML per-process answer weighed once into a [`nvmlspan::Span`] (busy time
+//!   per PID), read by the correction and by the burst step; shares derived from it.
 //! * [`pidmap`]: host-PID resolution without extra contexts or serialisation.
 //! * [`words`]: named access to the per-device words of the region extension.
 
