@@ -905,6 +905,33 @@ mod tests {
     }
 
     #[test]
+    fn samples_are_clamped_into_range() {
+        let mut e = Estimator::default();
+        e.push(0, 1);
+        assert_eq!(e.value(), Some(MIN_SAMPLE_NS));
+        let mut e = Estimator::default();
+        e.push(u64::MAX, 1);
+        assert_eq!(e.value(), Some(MAX_SAMPLE_NS), "a broken timer makes no absurd debt");
+    }
+
+    #[test]
+    fn one_sample_start_per_process_per_gap() {
+        let mut m = CostModel::new();
+        let (a, b) = (k(50), k(60));
+        for s in [a, b] {
+            for i in 0..WARMUP as u64 {
+                m.sample_started(s, i);
+                m.sample_done(s, 50 * US, i + 1);
+            }
+        }
+        let t = 100 * MS;
+        assert!(m.predict(a, t).sample);
+        m.sample_started(a, t);
+        assert!(!m.predict(b, t + MIN_SAMPLE_GAP_NS - 1).sample, "within the gap");
+        assert!(m.predict(b, t + MIN_SAMPLE_GAP_NS).sample);
+    }
+
+    #[test]
     fn graphs_have_their_own_entries() {
         let mut m = CostModel::new();
         let g = Sig::graph(0xabc);
