@@ -268,7 +268,7 @@ impl Compute {
     }
 
     /// Device `d` bursts (a ceiling above the limit): only then do the burst-only aids run (the
-    /// container's first-sample gate, its lowest costs, paced re-pricing, the burst step).
+    /// container's first-sample gate, its lowest costs and their young-period ramp, the burst step).
     pub fn bursting(&self, d: usize) -> bool {
         burst::limits(self, d).is_some_and(|l| l.bursting())
     }

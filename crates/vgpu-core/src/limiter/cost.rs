@@ -17,8 +17,7 @@
 //!   waits records nothing) join the signature's open account. Each sample re-prices the whole
 //!   account at the new estimate and returns the difference for the bucket (debt or refund), so
 //!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected,
-//!   in a bursting container at most [`REPRICE_LAUNCHES`] launches' worth per sample (the rest
-//!   stays owed for the next).
+//!   at most [`REPRICE_LAUNCHES`] launches' worth per sample (the rest stays owed for the next).
 //!   The account closes only when nothing is owed and a *clean* sample confirms the estimate: the
 //!   sample lies in the cluster and at least two recent samples agree on it
 //!   ([`Estimator::confirmed`]). Under persistent contention (clean samples rare) everything
@@ -66,9 +65,8 @@ pub const INITIAL_GUESS_NS: u64 = 100_000;
 /// Samples are clamped into this range (a broken timer must not produce absurd debts).
 pub const MIN_SAMPLE_NS: u64 = 500;
 pub const MAX_SAMPLE_NS: u64 = 10_000_000_000;
-/// In a bursting container one sample re-prices the open account by at most this many launches
-/// at the new estimate, or [`REPRICE_MIN_NS`] (what is left is charged or refunded by the next
-/// samples).
+/// One sample re-prices the open account by at most this many launches at the new estimate, or
+/// [`REPRICE_MIN_NS`] (what is left is charged or refunded by the next samples).
 pub const REPRICE_LAUNCHES: u64 = 2;
 pub const REPRICE_MIN_NS: u64 = 20_000_000;
 /// An account's amounts are kept below this (ns), so its signed arithmetic cannot overflow.
@@ -369,7 +367,7 @@ impl CostModel {
     /// Prediction for a launch of `sig` at `now` on the limit path (no ceiling). Nothing is
     /// recorded until the launch is admitted ([`CostModel::admitted`]).
     pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
-        self.predict_in(sig, now, None)
+        self.predict_low(sig, now, None)
     }
 
     /// [`CostModel::predict`] for a bursting container, with the container's lowest cost of the
@@ -377,12 +375,6 @@ impl CostModel {
     /// that, and a signature without an estimate is guessed at a *confirmed* one (a basis: no
     /// first-sample wait, no gate).
     pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
-        self.predict_in(sig, now, Some(low))
-    }
-
-    /// `burst`: `Some(the container's lowest cost)` with a ceiling, `None` on the limit path.
-    fn predict_in(&mut self, sig: Sig, now: u64, burst: Option<Option<Low>>) -> Prediction {
-        let low = burst.flatten();
         if !self.map.contains_key(&sig) {
             self.evict(now);
         }
@@ -518,21 +510,17 @@ impl CostModel {
     }
 
     /// A sample of `sig` measured `measured_ns` (limit path). Returns the reconciliation to charge
-    /// the bucket (ns; negative = refund): the whole open account re-priced at the new estimate.
+    /// the bucket (ns; negative = refund): the open account re-priced at the new estimate, at most
+    /// [`REPRICE_LAUNCHES`] launches' worth per sample.
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
-        self.sample_done_in(sig, measured_ns, now, None)
+        self.sample_done_low(sig, measured_ns, now, None)
     }
 
     /// [`CostModel::sample_done`] for a bursting container, with the container's lowest cost of
     /// the shape: while this process's estimate is unconfirmed the account is re-priced at most at
     /// that; the confirming sample re-prices it at the process's own estimate (so nothing charged
-    /// too low is lost); and a sample moves the account by at most [`REPRICE_LAUNCHES`] launches.
+    /// too low is lost).
     pub fn sample_done_low(&mut self, sig: Sig, measured_ns: u64, now: u64, low: Option<Low>) -> i64 {
-        self.sample_done_in(sig, measured_ns, now, Some(low))
-    }
-
-    fn sample_done_in(&mut self, sig: Sig, measured_ns: u64, now: u64, burst: Option<Option<Low>>) -> i64 {
-        let low = burst.flatten();
         let e = self.map.entry(sig).or_default();
         e.pending = false;
         if e.first_pending {
@@ -548,17 +536,11 @@ impl CostModel {
         let target = (e.acct_n as u128 * est as u128).min(ACCT_MAX as u128) as i64;
         let charged = e.acct_charged.min(ACCT_MAX) as i64;
         let owed = target - charged;
-        // Bursting: at most a couple of launches per sample; the rest stays owed in the account
-        // for the next samples, so a re-pricing of many launches (an estimate that changes after a
-        // long open account) reaches the bucket, and the efficiency learnt from the charges,
-        // gradually.
-        let delta = match burst {
-            Some(_) => {
-                let bound = est.saturating_mul(REPRICE_LAUNCHES).clamp(REPRICE_MIN_NS, ACCT_MAX) as i64;
-                owed.clamp(-bound, bound)
-            }
-            None => owed,
-        };
+        // At most a couple of launches per sample: the rest stays owed in the account for the next
+        // samples, so a re-pricing of many launches (an estimate that changes after a long open
+        // account) reaches the bucket, the correction's window and the burst efficiency gradually.
+        let bound = est.saturating_mul(REPRICE_LAUNCHES).clamp(REPRICE_MIN_NS, ACCT_MAX) as i64;
+        let delta = owed.clamp(-bound, bound);
         e.acct_charged = (charged + delta) as u64;
         if !e.est.confirmed() {
             return delta;
@@ -818,30 +800,18 @@ mod tests {
     }
 
     #[test]
-    fn on_the_limit_path_one_sample_re_prices_the_whole_account() {
-        // Ten launches charged a 100 µs guess, then the kernel measures 20 ms: all 199 ms at once.
+    fn a_re_pricing_reaches_the_bucket_a_couple_of_launches_per_sample() {
+        // Ten launches charged a 100 µs guess, then the kernel measures 20 ms: 199 ms owed.
         let mut m = CostModel::new();
         let s = k(20000);
         let p = m.predict(s, MS);
         for _ in 0..10 {
             m.admitted(s, &p);
         }
-        assert_eq!(m.sample_done(s, 20 * MS, 30 * MS), (10 * 20 * MS - 10 * INITIAL_GUESS_NS) as i64);
-    }
-
-    #[test]
-    fn a_bursting_re_pricing_reaches_the_bucket_a_couple_of_launches_per_sample() {
-        // Ten launches charged a 100 µs guess, then the kernel measures 20 ms: 199 ms owed.
-        let mut m = CostModel::new();
-        let s = k(20000);
-        let p = m.predict_low(s, MS, None);
-        for _ in 0..10 {
-            m.admitted(s, &p);
-        }
         let owed = (10 * 20 * MS - 10 * INITIAL_GUESS_NS) as i64;
         let mut got = Vec::new();
         for i in 0..8u64 {
-            got.push(m.sample_done_low(s, 20 * MS, (i + 2) * 30 * MS, None));
+            got.push(m.sample_done(s, 20 * MS, (i + 2) * 30 * MS));
         }
         // At most two launches at the new estimate per sample, nothing lost, then closed.
         assert!(got.iter().all(|&d| (0..=40 * MS as i64).contains(&d)), "{got:?}");
@@ -852,7 +822,7 @@ mod tests {
         for _ in 0..10 {
             m.admitted(s, &Prediction { cost_ns: 100 * MS, ..p });
         }
-        let d = m.sample_done_low(s, 20 * MS, 400 * MS, None);
+        let d = m.sample_done(s, 20 * MS, 400 * MS);
         assert_eq!(d, -40 * MS as i64);
     }
 
