@@ -10,6 +10,7 @@ use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
 use vgpu_core::limiter::cost::{self, Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
 use vgpu_core::limiter::lowcost;
+use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
 const FIRST_SAMPLE_WAIT_NS: u64 = 1_000_000_000;
@@ -69,26 +70,22 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
     let t0 = mono_ns();
     let mut waited = false;
     let mut first_wait_until = 0u64;
+    let low_tag = lowcost::tag(&sig);
     let (pred, charged) = loop {
         let now = mono_ns();
         // Re-read every round: a live limit change or the burst controller's rate applies to
         // launches already waiting.
         params = c.params(d)?;
         let bucket = Bucket::attach(c.bucket_state(d), params);
-        // Bursting only: the container's lowest cost of this launch shape (`limiter::lowcost`),
-        // a cap on estimates this process has not confirmed yet (or confirmed on a queue).
-        let bursting = c.bursting(d);
+        // The container's lowest cost of this launch shape (`limiter::lowcost`): a cap on
+        // estimates this process has not confirmed yet (or confirmed on a queue).
+        let low = lowcost::lookup(&Words(c.bucket_state(d)).low_costs(), low_tag, now);
         let (pred, k) = {
-            let low = bursting.then(|| lowcost::lookup(&c.words(d).low_costs(), lowcost::tag(&sig), now));
             let mut ctl = dev.ctl.lock();
-            let pred = match low {
-                Some(low) => ctl.model.predict_low(sig, now, low),
-                None => ctl.model.predict(sig, now),
-            };
-            (pred, ctl.corr.k())
+            (ctl.model.predict_low(sig, now, low), ctl.corr.k())
         };
-        // Bursting only: one launch of unknown cost in flight per container (`cost::claim_first`).
-        let gated = bursting && pred.unknown && !take_first_gate(c, d, now);
+        // One launch of unknown cost in flight per container, too (`cost::claim_first`).
+        let gated = pred.unknown && !take_first_gate(c, d, now);
         if pred.wait_for_first || gated {
             if first_wait_until == 0 {
                 first_wait_until = now + FIRST_SAMPLE_WAIT_NS;
@@ -162,10 +159,9 @@ fn take_first_gate(c: &Compute, d: usize, now: u64) -> bool {
     if ctl.model.holds_gate() {
         return true;
     }
-    match cost::claim_first(c.words(d).first_gate(), now) {
+    match cost::claim_first(Words(c.bucket_state(d)).first_gate(), now) {
         Some(token) => {
             ctl.model.hold_gate(token);
-            crate::debug!("compute: device {d}: container first-sample gate taken");
             true
         }
         None => false,
@@ -176,7 +172,7 @@ fn take_first_gate(c: &Compute, d: usize, now: u64) -> bool {
 /// measured (or were not measured after all).
 pub fn release_first_gate(c: &Compute, d: usize) {
     if let Some(token) = c.devs[d].ctl.lock().model.gate_to_release() {
-        cost::release_first(c.words(d).first_gate(), token);
+        cost::release_first(Words(c.bucket_state(d)).first_gate(), token);
     }
 }
 

@@ -267,12 +267,6 @@ impl Compute {
         Some(Params::for_rate(vgpu_core::limiter::burst::effective_rate(self.words(d), lim)))
     }
 
-    /// Device `d` bursts (a ceiling above the limit): only then do the burst-only aids run (the
-    /// container's first-sample gate, its lowest costs and their young-period ramp, the burst step).
-    pub fn bursting(&self, d: usize) -> bool {
-        burst::limits(self, d).is_some_and(|l| l.bursting())
-    }
-
     /// What the slow path leaves armed after a launch.
     fn gate_needed(&self) -> bool {
         use vgpu_core::limiter::feedback;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use vgpu_core::limiter::bucket::{Bucket, Params};
 use vgpu_core::limiter::cost::Sig;
 use vgpu_core::limiter::lowcost;
+use vgpu_core::limiter::words::Words;
 
 /// Free events kept per context.
 const POOL_MAX: usize = 64;
@@ -146,17 +147,12 @@ pub fn poll(c: &Compute) -> bool {
         let mut ctl = dev.ctl.lock();
         match ns {
             Some(ns) => {
-                let delta = if c.bursting(p.d) {
-                    let lw = c.words(p.d).low_costs();
-                    let tag = lowcost::tag(&p.sig);
-                    let delta = ctl.model.sample_done_low(p.sig, *ns, now, lowcost::lookup(&lw, tag, now));
-                    if let Some((est, confirmed)) = ctl.model.shared_estimate(&p.sig) {
-                        lowcost::offer(&lw, tag, est, confirmed, now);
-                    }
-                    delta
-                } else {
-                    ctl.model.sample_done(p.sig, *ns, now)
-                };
+                let lw = Words(c.bucket_state(p.d)).low_costs();
+                let tag = lowcost::tag(&p.sig);
+                let delta = ctl.model.sample_done_low(p.sig, *ns, now, lowcost::lookup(&lw, tag, now));
+                if let Some((est, confirmed)) = ctl.model.shared_estimate(&p.sig) {
+                    lowcost::offer(&lw, tag, est, confirmed, now);
+                }
                 // Completed somewhere in the last poll interval (≤ 1 ms).
                 ctl.corr.note_lag(p.since, now.saturating_sub(500_000), *ns);
                 let k = ctl.corr.k();

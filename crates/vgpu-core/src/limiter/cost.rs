@@ -364,16 +364,16 @@ impl CostModel {
         }
     }
 
-    /// Prediction for a launch of `sig` at `now` on the limit path (no ceiling). Nothing is
-    /// recorded until the launch is admitted ([`CostModel::admitted`]).
+    /// Prediction for a launch of `sig` at `now`. Nothing is recorded until the launch is
+    /// admitted ([`CostModel::admitted`]).
     pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
         self.predict_low(sig, now, None)
     }
 
-    /// [`CostModel::predict`] for a bursting container, with the container's lowest cost of the
-    /// launch's shape ([`super::lowcost`]): an unconfirmed (or young) estimate is charged at most
-    /// that, and a signature without an estimate is guessed at a *confirmed* one (a basis: no
-    /// first-sample wait, no gate).
+    /// [`CostModel::predict`] with the container's lowest cost of the launch's shape
+    /// ([`super::lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
+    /// signature without an estimate is guessed at a *confirmed* one (a basis: no first-sample
+    /// wait, no gate).
     pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
         if !self.map.contains_key(&sig) {
             self.evict(now);
@@ -509,17 +509,16 @@ impl CostModel {
         }
     }
 
-    /// A sample of `sig` measured `measured_ns` (limit path). Returns the reconciliation to charge
+    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge
     /// the bucket (ns; negative = refund): the open account re-priced at the new estimate, at most
     /// [`REPRICE_LAUNCHES`] launches' worth per sample.
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
         self.sample_done_low(sig, measured_ns, now, None)
     }
 
-    /// [`CostModel::sample_done`] for a bursting container, with the container's lowest cost of
-    /// the shape: while this process's estimate is unconfirmed the account is re-priced at most at
-    /// that; the confirming sample re-prices it at the process's own estimate (so nothing charged
-    /// too low is lost).
+    /// [`CostModel::sample_done`] with the container's lowest cost of the shape: while this
+    /// process's estimate is unconfirmed the account is re-priced at most at that; the confirming
+    /// sample re-prices it at the process's own estimate (so nothing charged too low is lost).
     pub fn sample_done_low(&mut self, sig: Sig, measured_ns: u64, now: u64, low: Option<Low>) -> i64 {
         let e = self.map.entry(sig).or_default();
         e.pending = false;

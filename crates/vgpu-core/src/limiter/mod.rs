@@ -46,9 +46,9 @@
 //! | first guess (`cost::INITIAL_GUESS_NS`) | 100 µs | bounded by the one-unknown-launch rule | `cost::first_launches_are_guessed_then_reconciled` |
 //! | first-sample wait (`gate::FIRST_SAMPLE_WAIT_NS`, `FIRST_SAMPLE_POLL_NS`) | ≤ 1 s, polled every 1 ms | bounds unmeasured work per process | `cost::one_unknown_launch_in_flight_per_process`, `vsim::four_processes` |
 //! | cost table (`cost::MAX_ENTRIES`, `EVICT_AGE_NS`) | 4096, unused 10 s | bounded memory | `cost::eviction_bounds_the_table` |
-//! | **B** container first-sample gate (`cost::FIRST_GATE_HOLD_NS`) | a claim lapses after 500 ms | a dead holder delays others that long at most | `cost::one_unknown_launch_in_flight_per_container`, `compute::a_container_without_a_ceiling_stays_out_of_the_burst_machinery` |
-//! | **B** container lowest cost (`lowcost::ENTRIES`, `EPOCH_NS`) | 4 shapes, one to two 16 s epochs | a slower kernel or a dead process stops counting | `lowcost::entries_expire_unless_renewed`, `vsim::a_bursting_newcomer_with_long_kernels_gets_its_guarantee_at_once` |
-//! | **B** young signature, ramp (`cost::YOUNG_NS`, `RAMP_NS`) | 2 s, then 8 s | queue-confirmed estimates are not trusted at once | `cost::a_lower_container_low_caps_while_young_then_ramps_out` |
+//! | container first-sample gate (`cost::FIRST_GATE_HOLD_NS`) | a claim lapses after 500 ms | a dead holder delays others that long at most | `cost::one_unknown_launch_in_flight_per_container` |
+//! | container lowest cost (`lowcost::ENTRIES`, `EPOCH_NS`) | 4 shapes, one to two 16 s epochs | a slower kernel or a dead process stops counting | `lowcost::entries_expire_unless_renewed`, `vsim::burst_yields_to_a_newcomer` |
+//! | young signature, ramp (`cost::YOUNG_NS`, `RAMP_NS`) | 2 s, then 8 s | queue-confirmed estimates are not trusted at once | `cost::a_lower_container_low_caps_while_young_then_ramps_out` |
 //! | paced re-pricing (`cost::REPRICE_LAUNCHES`, `REPRICE_MIN_NS`) | ≤ 2 launches or 20 ms per sample | no lump of debt or refund in the bucket or the correction | `cost::a_re_pricing_reaches_the_bucket_a_couple_of_launches_per_sample` |
 //! | NVML correction (`correction::BIN_NS`, `WINDOW_NS`, `HORIZON_NS`) | 10 ms bins, 3 s window, 12 s kept | NVML's resolution | `correction::inflated_charges_are_corrected`, `correction::self_busy_prorates_bins` |
 //! | correction update (`correction::UPDATE_EVERY_NS`, `ALPHA`, `SKIP_START_NS`) | halfway every 0.5 s; first 1 s skipped | no wind-up; start-up lag ignored | `correction::returns_to_one_when_consistent_again` |
