@@ -141,18 +141,23 @@ pub fn stream_ctx(stream: CUstream, ptsz: bool) -> Option<CUcontext> {
     (unsafe { f(stream, &mut c) } == CUDA_SUCCESS && !c.is_null()).then_some(c)
 }
 
-/// Outcome of a per-process utilisation query.
+/// Outcome of a per-process utilisation query: the device's one NVML sampler, read by the
+/// correction (`watcher.rs`) and the burst step (`burst.rs`).
 pub enum Util {
-    /// Samples (pid, timestamp µs, SM %) newer than the `last_seen` passed.
-    Samples(Vec<(u32, u64, u32)>),
-    /// No process had non-zero utilisation since `last_seen`.
+    /// The answer's samples newer than the `last_seen` passed, weighed once into busy time per
+    /// PID over the span they cover (`limiter::nvmlspan`).
+    Span(vgpu_core::limiter::nvmlspan::Span),
+    /// Samples came back, none newer than `last_seen`: the answer covers nothing new.
+    NothingNew,
+    /// No process had non-zero utilisation since `last_seen` (NVML's `NOT_FOUND`).
     NoneBusy,
     /// Per-process utilisation is not available (MIG, vGPU guest, old GPU, simulator knob).
     NotSupported,
     Error(nvmlReturn_t),
 }
 
-pub fn nvml_process_util(h: nvmlDevice_t, last_seen_us: u64) -> Util {
+/// Per-process utilisation since `last_seen_us` (wall µs), weighed into one span.
+pub fn nvml_span(h: nvmlDevice_t, last_seen_us: u64) -> Util {
     let Some(f) = nvmlDeviceGetProcessUtilization() else { return Util::NotSupported };
     let mut cap: c_uint = 64;
     for _ in 0..4 {
@@ -161,7 +166,9 @@ pub fn nvml_process_util(h: nvmlDevice_t, last_seen_us: u64) -> Util {
         match unsafe { f(h, buf.as_mut_ptr(), &mut n, last_seen_us) } {
             NVML_SUCCESS => {
                 buf.truncate(n as usize);
-                return Util::Samples(buf.iter().map(|s| (s.pid, s.timeStamp, s.smUtil)).collect());
+                let samples: Vec<_> = buf.iter().map(|s| (s.pid, s.timeStamp, s.smUtil)).collect();
+                return vgpu_core::limiter::nvmlspan::Span::weigh(&samples, last_seen_us)
+                    .map_or(Util::NothingNew, Util::Span);
             }
             NVML_ERROR_NOT_FOUND => return Util::NoneBusy,
             NVML_ERROR_NOT_SUPPORTED => return Util::NotSupported,

@@ -105,28 +105,20 @@ fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: 
         w.burst_seen_us().store(now_us, Ordering::Release);
         return Some(None);
     }
-    let samples = match api::nvml_process_util(h, prev_us) {
-        api::Util::Samples(v) => v,
-        api::Util::NoneBusy => return Some(None),
+    let span = match api::nvml_span(h, prev_us) {
+        api::Util::Span(s) if s.end_us > prev_us => s,
+        api::Util::Span(_) | api::Util::NothingNew | api::Util::NoneBusy => return Some(None),
         api::Util::NotSupported | api::Util::Error(_) => return None,
     };
-    let (busy, end_us) = burst::busy_by_pid(&samples, prev_us, now_us);
-    if end_us <= prev_us || busy.is_empty() {
-        return Some(None);
-    }
-    w.burst_seen_us().store(end_us, Ordering::Release);
-    let span_ns = end_us.saturating_sub(prev_us) * 1000;
-    let device: u64 = busy.iter().map(|b| b.1).sum();
-    let own: u64 = busy.iter().filter(|b| ours.contains(&b.0)).map(|b| b.1).sum();
-    let others_present = busy.iter().any(|b| b.1 > 0 && !ours.contains(&b.0));
+    w.burst_seen_us().store(span.end_us, Ordering::Release);
     // The own busy time measures the container's charges only when every process has a host PID.
     let attributed = w.unresolved_pids().load(Ordering::Relaxed) == 0 && !ours.is_empty();
     let charged_now = attributed.then(|| w.charged_ns().load(Ordering::Relaxed));
     Some(Some(Observation {
-        span_ns,
-        device_busy_ns: device * 1000,
-        own_busy_ns: own * 1000,
-        others_present,
+        span_ns: (span.end_us - prev_us) * 1000,
+        device_busy_ns: span.device_busy() * 1000,
+        own_busy_ns: span.busy_of(ours) * 1000,
+        others_present: span.others_busy(ours),
         charged_now,
         attributed,
     }))

@@ -9,8 +9,9 @@ use super::hostpid::{claim, container_hostpids, others};
 use super::{Compute, KICK, api, mono_ns, samples, wall_ns};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
+use vgpu_core::limiter::PPM;
+use vgpu_core::limiter::nvmlspan::{self, Span};
 use vgpu_core::limiter::words::{SENSOR_NVML, SENSOR_SELF};
-use vgpu_core::limiter::{PPM, nvmlspan};
 use vgpu_core::region::MAX_DEVICES;
 
 const SAMPLE_POLL: Duration = Duration::from_millis(1);
@@ -120,136 +121,156 @@ fn write_sm_util(c: &Compute, d: usize, v: u64, last: &mut Option<u64>) {
     }
 }
 
+/// One NVML round for device `d`: our host PID, the span since the previous answer, then its
+/// consumers (host-PID evidence, the correction and our `sm_util`, the container's share); the
+/// self-measured fallback where NVML has no per-process data.
 fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
-    let w = c.words(d);
-    if !nv.tried {
-        nv.tried = true;
-        nv.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
-    }
-    // Self-measured container share (all processes' charges), the fallback sensor.
-    let charged = w.charged_ns().load(Ordering::Relaxed);
-    let self_share = nvmlspan::self_share_ppm(charged, nv.last_charged, nv.last_charged_at, now);
-    nv.last_charged = charged;
-    nv.last_charged_at = now;
-    let fallback = |ctl: &mut super::Ctl| {
-        if let Some(s) = self_share {
-            w.share_ppm().store(s.min(PPM), Ordering::Relaxed);
-            w.share_stamp_ns().store(now, Ordering::Relaxed);
-        }
-        w.sensor().store(SENSOR_SELF, Ordering::Relaxed);
-        // Our own share from our charges over the last second.
-        let mine = nvmlspan::self_sm_util(ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now), ctl.corr.k());
-        let mut last = ctl.sm_util;
-        write_sm_util(c, d, mine, &mut last);
-        ctl.sm_util = last;
+    let self_share = nv.self_share(c.words(d), now);
+    let Some(h) = nv.handle(d) else {
+        return self_measured(c, d, &mut c.devs[d].ctl.lock(), self_share, now);
     };
-    if nv.handle == 0 {
-        fallback(&mut c.devs[d].ctl.lock());
-        return;
-    }
-    let h = nv.handle as crate::ffi::nvmlDevice_t;
-
-    // 1. Host PID.
     let present: Option<Vec<u32>> = api::nvml_processes(h).map(|v| v.into_iter().map(|(p, _)| p).collect());
     let mut ctl = c.devs[d].ctl.lock();
     if let Some(present) = &present {
-        let oth = others(c, ctl.hostpid);
-        let view = oth.view(present, c.pid as u32);
-        let got = ctl.pids.step(&view).map(|(h, _)| h);
-        if got != ctl.hostpid {
-            if let Some(hp) = got {
-                claim(c, d, hp);
-                crate::debug!("compute: device {d}: resolved {:?}", ctl.pids.resolved());
-            }
-            ctl.corr.reset();
-            ctl.hostpid = got;
-        }
+        resolve_hostpid(c, d, &mut ctl, present);
     }
-    if let Some(r) = c.region {
-        let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.hostpid <= 0).count();
-        w.unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
+    publish_unresolved(c, d);
+    let Some(span) = next_span(c, d, h, &mut ctl) else {
+        if ctl.nvml_supported == Some(false) {
+            self_measured(c, d, &mut ctl, self_share, now);
+        }
+        return;
+    };
+    let (start, end) = (wall_us_to_mono(span.from_us), wall_us_to_mono(span.end_us));
+    if let Some(present) = &present {
+        pid_evidence(c, &mut ctl, present, &span, start, end);
+    }
+    if let Some(hp) = ctl.hostpid {
+        correct(c, d, &mut ctl, &span, hp, start, end, now);
+    }
+    drop(ctl);
+    let w = c.words(d);
+    let ours = container_hostpids(c);
+    w.share_ppm().store(nvmlspan::container_share_ppm(&span.busy, &ours, span.len_us()), Ordering::Relaxed);
+    w.share_stamp_ns().store(now, Ordering::Relaxed);
+    w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
+}
+
+impl NvmlDev {
+    /// The device's NVML handle, looked up once.
+    fn handle(&mut self, d: usize) -> Option<crate::ffi::nvmlDevice_t> {
+        if !self.tried {
+            self.tried = true;
+            self.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
+        }
+        (self.handle != 0).then_some(self.handle as crate::ffi::nvmlDevice_t)
     }
 
-    // 2. Per-process utilisation since the last answer.
+    /// The container's self-measured share (all processes' charges) since the previous round.
+    fn self_share(&mut self, w: vgpu_core::limiter::words::Words<'_>, now: u64) -> Option<u64> {
+        let charged = w.charged_ns().load(Ordering::Relaxed);
+        let s = nvmlspan::self_share_ppm(charged, self.last_charged, self.last_charged_at, now);
+        (self.last_charged, self.last_charged_at) = (charged, now);
+        s
+    }
+}
+
+/// Without per-process NVML: the container's share and our `sm_util` from the charges.
+fn self_measured(c: &Compute, d: usize, ctl: &mut super::Ctl, self_share: Option<u64>, now: u64) {
+    let w = c.words(d);
+    if let Some(s) = self_share {
+        w.share_ppm().store(s.min(PPM), Ordering::Relaxed);
+        w.share_stamp_ns().store(now, Ordering::Relaxed);
+    }
+    w.sensor().store(SENSOR_SELF, Ordering::Relaxed);
+    // Our own share from our charges over the last second.
+    let mine = nvmlspan::self_sm_util(ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now), ctl.corr.k());
+    write_sm_util(c, d, mine, &mut ctl.sm_util);
+}
+
+/// Host PID: one resolver step on NVML's process list; a new answer is claimed in our slot.
+fn resolve_hostpid(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32]) {
+    let oth = others(c, ctl.hostpid);
+    let got = ctl.pids.step(&oth.view(present, c.pid as u32)).map(|(h, _)| h);
+    if got != ctl.hostpid {
+        if let Some(hp) = got {
+            claim(c, d, hp);
+            crate::debug!("compute: device {d}: resolved {:?}", ctl.pids.resolved());
+        }
+        ctl.corr.reset();
+        ctl.hostpid = got;
+    }
+}
+
+/// The container's processes without a host PID (the burst step trusts its own share only at 0).
+fn publish_unresolved(c: &Compute, d: usize) {
+    if let Some(r) = c.region {
+        let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.hostpid <= 0).count();
+        c.words(d).unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
+    }
+}
+
+/// The span since our previous answer (`None`: nothing new, the first round, or not supported;
+/// a `NOT_SUPPORTED` switches this device to self-measured time for good).
+fn next_span(c: &Compute, d: usize, h: crate::ffi::nvmlDevice_t, ctl: &mut super::Ctl) -> Option<Span> {
     if ctl.nvml_supported == Some(false) {
-        fallback(&mut ctl);
-        return;
+        return None;
     }
     let now_us = wall_ns() / 1000;
     if ctl.nvml_last_us == 0 {
         ctl.nvml_last_us = now_us;
-        return;
+        return None;
     }
     let from_us = ctl.nvml_last_us;
-    let (per_pid, span_end_us) = match api::nvml_process_util(h, from_us) {
-        api::Util::Samples(v) => {
-            let Some(weighed) = nvmlspan::weigh_samples(&v, from_us) else { return };
-            weighed
-        }
-        api::Util::NoneBusy => (Vec::new(), now_us),
+    let span = match api::nvml_span(h, from_us) {
+        api::Util::Span(s) => s,
+        api::Util::NoneBusy => Span { from_us, end_us: now_us, busy: Vec::new() },
+        api::Util::NothingNew => return None,
         api::Util::NotSupported => {
-            if ctl.nvml_supported != Some(false) {
-                crate::warn!(
-                    "compute: NVML per-process utilisation not supported on device {d}: the SM limit is enforced from self-measured time only"
-                );
-            }
+            crate::warn!(
+                "compute: NVML per-process utilisation not supported on device {d}: the SM limit is enforced from self-measured time only"
+            );
             ctl.nvml_supported = Some(false);
             ctl.corr.reset();
-            w.correction_ppm().store(PPM, Ordering::Relaxed);
-            fallback(&mut ctl);
-            return;
+            c.words(d).correction_ppm().store(PPM, Ordering::Relaxed);
+            return None;
         }
         api::Util::Error(e) => {
             crate::debug!("compute: nvmlDeviceGetProcessUtilization: error {e}");
-            return;
+            return None;
         }
     };
     ctl.nvml_supported = Some(true);
-    ctl.nvml_last_us = span_end_us;
-    let span_us = nvmlspan::span_us(from_us, span_end_us);
-    let util: Vec<(u32, u32)> = per_pid.iter().map(|&(p, b)| (p, nvmlspan::percent(b, span_us))).collect();
-    let (start, end) = (wall_us_to_mono(from_us), wall_us_to_mono(span_end_us));
+    ctl.nvml_last_us = span.end_us;
+    Some(span)
+}
 
-    // Evidence for the host-PID resolver.
-    if let Some(present) = &present {
-        let oth = others(c, ctl.hostpid);
-        let view = oth.view(present, c.pid as u32);
-        let mine = ctl.corr.self_busy(start, end);
-        let busy = if end > start { Some(mine as f64 / (end - start) as f64) } else { None };
-        ctl.pids.observe(&view, busy, mine > 0, &util);
-    }
+/// Evidence for the host-PID resolver: which listed PIDs were busy while we were (or were not).
+fn pid_evidence(c: &Compute, ctl: &mut super::Ctl, present: &[u32], span: &Span, start: u64, end: u64) {
+    let util: Vec<(u32, u32)> = span.busy.iter().map(|&(p, b)| (p, nvmlspan::percent(b, span.len_us()))).collect();
+    let oth = others(c, ctl.hostpid);
+    let mine = ctl.corr.self_busy(start, end);
+    let busy = (end > start).then(|| mine as f64 / (end - start) as f64);
+    ctl.pids.observe(&oth.view(present, c.pid as u32), busy, mine > 0, &util);
+}
 
-    // Outer loop, our sm_util, the container's share.
-    if let Some(hp) = ctl.hostpid {
-        let my_busy_ns = per_pid.iter().find(|x| x.0 == hp).map_or(0, |x| x.1) * 1000;
-        let my_pct = nvmlspan::percent(my_busy_ns / 1000, span_us);
-        // Exact busy ns for the correction (not the rounded percent).
-        ctl.corr.observe(start, end, nvmlspan::exact_percent(my_busy_ns, start, end));
-        let before = ctl.corr.last_ratio();
-        match ctl.corr.update(now) {
-            Some(k) => crate::debug!(
-                "compute: device {d}: correction k = {k:.3} (ratio {:?}, band {:.4})",
-                ctl.corr.last_ratio(),
-                ctl.corr.last_tol()
-            ),
-            None if ctl.corr.last_ratio() != before => {
-                crate::debug!(
-                    "compute: device {d}: correction kept k = {:.3} (ratio {:?}, band {:.4})",
-                    ctl.corr.k(),
-                    ctl.corr.last_ratio(),
-                    ctl.corr.last_tol()
-                )
-            }
-            None => {}
-        }
-        w.correction_ppm().store(ctl.corr.k_ppm(), Ordering::Relaxed);
-        let mut last = ctl.sm_util;
-        write_sm_util(c, d, my_pct as u64, &mut last);
-        ctl.sm_util = last;
+/// The outer loop on our host PID's busy time, and our `sm_util`.
+#[allow(clippy::too_many_arguments)]
+fn correct(c: &Compute, d: usize, ctl: &mut super::Ctl, span: &Span, hp: u32, start: u64, end: u64, now: u64) {
+    let my_busy_ns = span.busy_of(&[hp]) * 1000;
+    // Exact busy ns for the correction (not the rounded percent).
+    ctl.corr.observe(start, end, nvmlspan::exact_percent(my_busy_ns, start, end));
+    let before = ctl.corr.last_ratio();
+    let changed = ctl.corr.update(now).is_some();
+    if changed || ctl.corr.last_ratio() != before {
+        crate::debug!(
+            "compute: device {d}: correction {} k = {:.3} (ratio {:?}, band {:.4})",
+            if changed { "set" } else { "kept" },
+            ctl.corr.k(),
+            ctl.corr.last_ratio(),
+            ctl.corr.last_tol()
+        );
     }
-    drop(ctl);
-    let ours = container_hostpids(c);
-    w.share_ppm().store(nvmlspan::container_share_ppm(&per_pid, &ours, span_us), Ordering::Relaxed);
-    w.share_stamp_ns().store(now, Ordering::Relaxed);
-    w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
+    c.words(d).correction_ppm().store(ctl.corr.k_ppm(), Ordering::Relaxed);
+    write_sm_util(c, d, nvmlspan::percent(my_busy_ns / 1000, span.len_us()) as u64, &mut ctl.sm_util);
 }

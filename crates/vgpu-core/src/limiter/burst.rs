@@ -359,28 +359,6 @@ pub fn ceiling_pct(w: Words<'_>, env_pct: u64) -> u64 {
     cur
 }
 
-/// Busy µs per PID from NVML per-process samples `(pid, time stamp µs, SM %)` newer than
-/// `from_us`: each distinct time stamp closes one driver period (from the previous stamp), and a
-/// sample weighs its own period. Returns the busy times and the end of the covered span (`now_us`
-/// when nothing was busy).
-pub fn busy_by_pid(samples: &[(u32, u64, u32)], from_us: u64, now_us: u64) -> (Vec<(u32, u64)>, u64) {
-    let mut ts: Vec<u64> = samples.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
-    ts.sort_unstable();
-    ts.dedup();
-    let Some(&end) = ts.last() else { return (Vec::new(), now_us) };
-    let mut busy: Vec<(u32, u64)> = Vec::new();
-    for &(pid, t, u) in samples.iter().filter(|s| s.1 > from_us) {
-        let i = ts.binary_search(&t).unwrap_or(0);
-        let start = if i == 0 { from_us } else { ts[i - 1] };
-        let b = (t - start) * u.min(100) as u64 / 100;
-        match busy.iter_mut().find(|x| x.0 == pid) {
-            Some(x) => x.1 += b,
-            None => busy.push((pid, b)),
-        }
-    }
-    (busy, end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::words::new_state;
@@ -398,16 +376,6 @@ mod tests {
             charged_now: None,
             attributed: true,
         }
-    }
-
-    #[test]
-    fn busy_by_pid_weighs_periods() {
-        // Two driver periods (100..200, 200..300): pid 7 50 % then 100 %, pid 9 20 % in the first.
-        let s = [(7, 200, 50), (9, 200, 20), (7, 300, 100), (5, 90, 100)];
-        let (b, end) = busy_by_pid(&s, 100, 400);
-        assert_eq!(end, 300);
-        assert_eq!(b, vec![(7, 150), (9, 20)]);
-        assert_eq!(busy_by_pid(&[], 100, 400), (Vec::new(), 400));
     }
 
     #[test]

@@ -511,8 +511,9 @@ impl CostModel {
         }
     }
 
-    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge the bucket
-    /// (ns; negative = refund): the open account re-priced at the new estimate.
+    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge
+    /// the bucket (ns; negative = refund): the open account re-priced at the new estimate, at most
+    /// [`REPRICE_LAUNCHES`] launches' worth per sample.
     pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
         self.sample_done_low(sig, measured_ns, now, None)
     }
@@ -538,7 +539,7 @@ impl CostModel {
         let owed = target - charged;
         // At most a couple of launches per sample: the rest stays owed in the account for the next
         // samples, so a re-pricing of many launches (an estimate that changes after a long open
-        // account) reaches the bucket, and the efficiency learnt from the charges, gradually.
+        // account) reaches the bucket, the correction's window and the burst efficiency gradually.
         let bound = est.saturating_mul(REPRICE_LAUNCHES).clamp(REPRICE_MIN_NS, ACCT_MAX) as i64;
         let delta = owed.clamp(-bound, bound);
         e.acct_charged = (charged + delta) as u64;
@@ -872,6 +873,33 @@ mod tests {
         // WARMUP samples quickly, then one per SAMPLE_INTERVAL.
         let expect = WARMUP as u64 + 100 * MS / SAMPLE_INTERVAL_NS;
         assert!((samples as i64 - expect as i64).abs() <= 2, "{samples} samples, expected about {expect}");
+    }
+
+    #[test]
+    fn samples_are_clamped_into_range() {
+        let mut e = Estimator::default();
+        e.push(0, 1);
+        assert_eq!(e.value(), Some(MIN_SAMPLE_NS));
+        let mut e = Estimator::default();
+        e.push(u64::MAX, 1);
+        assert_eq!(e.value(), Some(MAX_SAMPLE_NS), "a broken timer makes no absurd debt");
+    }
+
+    #[test]
+    fn one_sample_start_per_process_per_gap() {
+        let mut m = CostModel::new();
+        let (a, b) = (k(50), k(60));
+        for s in [a, b] {
+            for i in 0..WARMUP as u64 {
+                m.sample_started(s, i);
+                m.sample_done(s, 50 * US, i + 1);
+            }
+        }
+        let t = 100 * MS;
+        assert!(m.predict(a, t).sample);
+        m.sample_started(a, t);
+        assert!(!m.predict(b, t + MIN_SAMPLE_GAP_NS - 1).sample, "within the gap");
+        assert!(m.predict(b, t + MIN_SAMPLE_GAP_NS).sample);
     }
 
     #[test]

@@ -35,6 +35,44 @@ pub fn weigh_samples(samples: &[Sample], from_us: u64) -> Option<(Vec<(u32, u64)
     Some((busy, end))
 }
 
+/// One answer of `nvmlDeviceGetProcessUtilization(lastSeen)` weighed once: busy µs per PID over
+/// `[from_us, end_us]` (wall µs). The correction and the burst step both read these.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub from_us: u64,
+    pub end_us: u64,
+    pub busy: Vec<(u32, u64)>,
+}
+
+impl Span {
+    /// The samples of an answer to a query from `from_us` ([`weigh_samples`]); `None`: none is
+    /// newer, the answer covers nothing new.
+    pub fn weigh(samples: &[Sample], from_us: u64) -> Option<Span> {
+        let (busy, end_us) = weigh_samples(samples, from_us)?;
+        Some(Span { from_us, end_us, busy })
+    }
+
+    /// Its length in µs, at least 1.
+    pub fn len_us(&self) -> u64 {
+        span_us(self.from_us, self.end_us)
+    }
+
+    /// Busy µs of the PIDs in `pids`.
+    pub fn busy_of(&self, pids: &[u32]) -> u64 {
+        self.busy.iter().filter(|(p, _)| pids.contains(p)).map(|&(_, b)| b).sum()
+    }
+
+    /// Busy µs of every PID (the device's busy time: contexts do not run concurrently).
+    pub fn device_busy(&self) -> u64 {
+        self.busy.iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Some PID outside `ours` was busy.
+    pub fn others_busy(&self, ours: &[u32]) -> bool {
+        self.busy.iter().any(|&(p, b)| b > 0 && !ours.contains(&p))
+    }
+}
+
 /// The span an answer covers, in µs: at least 1 (a clock that stood still or went back).
 pub fn span_us(from_us: u64, end_us: u64) -> u64 {
     end_us.saturating_sub(from_us).max(1)
@@ -116,6 +154,15 @@ mod tests {
     fn a_zero_last_seen_weighs_from_the_epoch() {
         let (busy, end) = weigh_samples(&[(3, 100, 50)], 0).unwrap();
         assert_eq!((busy, end), (vec![(3, 50)], 100));
+    }
+
+    #[test]
+    fn a_span_tells_device_own_and_others_busy_time() {
+        assert_eq!(Span::weigh(&[(1, 900, 50)], 1_000), None, "nothing newer");
+        let s = Span::weigh(&[(1, 2_000, 50), (2, 2_000, 25), (3, 2_000, 0)], 1_000).unwrap();
+        assert_eq!((s.from_us, s.end_us, s.len_us()), (1_000, 2_000, 1_000));
+        assert_eq!((s.device_busy(), s.busy_of(&[1]), s.busy_of(&[1, 2]), s.busy_of(&[])), (750, 500, 750, 0));
+        assert!(s.others_busy(&[1]) && !s.others_busy(&[1, 2]), "an idle PID is not another tenant");
     }
 
     #[test]
