@@ -17,6 +17,7 @@ mod driver_limit;
 mod faults;
 mod ffi;
 mod guard;
+mod hostgpu;
 mod hooks;
 mod launch;
 mod memory;
