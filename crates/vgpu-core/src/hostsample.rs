@@ -130,7 +130,10 @@ mod tests {
 
     #[test]
     fn lines_are_bounded_and_well_formed() {
-        assert_eq!(line(7, &dev(U, "NVIDIA H100\n80GB")).unwrap(), format!("v1 7 {U} 1 200 200 100 NVIDIA H100 80GB\n"));
+        assert_eq!(
+            line(7, &dev(U, "NVIDIA H100\n80GB")).unwrap(),
+            format!("v1 7 {U} 1 200 200 100 NVIDIA H100 80GB\n")
+        );
         assert!(line(7, &dev("MIG-x", "n")).is_none());
         assert!(line(7, &dev("GPU-a b", "n")).is_none());
         let long = "é".repeat(100);
