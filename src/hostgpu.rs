@@ -36,6 +36,8 @@ pub fn tick(region: &Region) {
     NEXT_OWN.store(now.saturating_add(period), Ordering::Relaxed);
     let Some(dir) = region.path().parent() else { return };
     let Some(devices) = read_devices() else {
+        // NVML shut down by the application, say: leave the turn to a process whose NVML answers.
+        slots::return_host_sample_turn(region, now, period);
         crate::once!(info, "host GPU sample not published: NVML does not answer the device queries");
         return;
     };

@@ -537,6 +537,39 @@ fn host_gpu_samples_from_the_library() {
     });
     drop(agent);
 
+    // A process that only uses NVML (no CUDA) publishes too, the whole GPU, while its own NVML
+    // view is the container's 1 GiB.
+    let dir_v = c.join("uid-v_main");
+    std::fs::create_dir_all(&dir_v).unwrap();
+    std::fs::set_permissions(&dir_v, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut nv = sb
+        .run(common::c_program(
+            "mem_client",
+            &["mem_client.c", "mem13_cmds.c"],
+            &["-lcuda", "-lnvidia-ml", "-lpthread"],
+        ))
+        .shim(true)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_v.join("r.cache"))
+        .spawn();
+    let reply = |nv: &mut Spawned, cmd: &str| {
+        nv.send_line(cmd).unwrap();
+        loop {
+            let l = nv.recv_line(Duration::from_secs(30)).expect("mem_client answers");
+            if !l.starts_with("ready=") {
+                return l;
+            }
+        }
+    };
+    assert!(reply(&mut nv, "nvml_init").contains("rc=0"));
+    let view = reply(&mut nv, "nvml_mem 0");
+    assert!(view.contains(&format!("total1={}", 1u64 << 30)), "the application's view: {view}");
+    let samples_v = dir_v.join("host-gpu.samples");
+    wait_until("the NVML-only process's sample", 30, || samples_v.exists());
+    let l = &host_lines(&samples_v).unwrap()[0];
+    assert_eq!((l.uuid.as_str(), l.total), (GPU_UUID, total), "{l:?}");
+    nv.kill();
+
     // The program that never used CUDA wrote nothing.
     plain.wait_within(Duration::from_secs(30)).unwrap();
     let in_n: Vec<String> =

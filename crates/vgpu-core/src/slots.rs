@@ -351,6 +351,19 @@ pub fn take_host_sample_turn(region: &Region, now: u64, period: u64) -> bool {
     take_turn(region, HOST_SAMPLE_DUE, now, period)
 }
 
+/// Hands back a host sample turn taken at `now` that published nothing (this process's NVML does
+/// not answer), so another process of the container can take it at its next tick.
+pub fn return_host_sample_turn(region: &Region, now: u64, period: u64) {
+    if let Some(ext) = region.ext() {
+        let _ = ext.reserved_hdr[HOST_SAMPLE_DUE].compare_exchange(
+            now.saturating_add(period),
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
 /// The turn protocol of the due time in `reserved_hdr[word]`.
 fn take_turn(region: &Region, word: usize, now: u64, period: u64) -> bool {
     let Some(ext) = region.ext() else { return true };
@@ -1356,6 +1369,10 @@ mod tests {
         assert!(take_host_sample_turn(&r, t0 + 2 * P + 1, P), "independent of the scan turn");
         assert!(!take_host_sample_turn(&r, t0 + 2 * P + 2, P));
         assert!(take_host_sample_turn(&r, t0 + 3 * P + 1, P));
+        // Handed back: the next process takes it at once.
+        return_host_sample_turn(&r, t0 + 3 * P + 1, P);
+        assert!(take_host_sample_turn(&r, t0 + 3 * P + 2, P));
+        assert!(!take_host_sample_turn(&r, t0 + 3 * P + 3, P));
     }
 
     #[test]
