@@ -133,7 +133,8 @@ pub fn note_nvml_up() {
 
 /// Whether NVML has been initialised in this process (nothing is loaded or initialised here).
 pub fn nvml_up() -> bool {
-    NVML_UP_IN.load(Ordering::Relaxed) == std::process::id()
+    let pid = NVML_UP_IN.load(Ordering::Relaxed);
+    pid != 0 && pid == std::process::id()
 }
 
 /// Initialises NVML (NVML refcounts its init).
