@@ -44,8 +44,7 @@ pub fn cuda_uuids() -> Option<Vec<String>> {
 
 /// UUIDs of the NVML devices by NVML index, initialising NVML (refcounted by NVML itself).
 pub fn nvml_uuids() -> Option<Vec<String>> {
-    let init = driver::nvmlInit_v2()?;
-    if unsafe { init() } != NVML_SUCCESS {
+    if !driver::nvml_init() {
         return None;
     }
     let mut n: c_uint = 0;

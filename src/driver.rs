@@ -8,7 +8,7 @@
 use crate::dl::{LIBCUDA, LIBNVML, RealLib};
 use crate::ffi::*;
 use std::ffi::{CStr, c_uint, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// The cached function in `slot`, resolving `name` in `lib` on first use (null if absent).
 pub fn resolve(slot: &AtomicPtr<c_void>, lib: &RealLib, name: &CStr) -> *mut c_void {
@@ -70,6 +70,7 @@ called! {
     LIBNVML fn nvmlDeviceGetComputeRunningProcesses_v3;
     LIBNVML fn nvmlDeviceGetProcessUtilization;
     LIBNVML fn nvmlDeviceGetUtilizationRates;
+    LIBNVML fn nvmlDeviceGetMemoryInfo;
     LIBCUDA fn cuStreamGetCtx;
     LIBCUDA fn cuStreamGetCtx_ptsz;
     LIBCUDA fn cuStreamQuery;
@@ -121,10 +122,35 @@ pub fn current_ordinal() -> Option<CUdevice> {
     (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
 }
 
+/// Pid of the process in which NVML was initialised successfully (by the application through
+/// our hook, or by the shim itself); 0 = never. A forked child has another pid.
+static NVML_UP_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Records that NVML answered an init in this process.
+pub fn note_nvml_up() {
+    NVML_UP_IN.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// Whether NVML has been initialised in this process (nothing is loaded or initialised here).
+pub fn nvml_up() -> bool {
+    let pid = NVML_UP_IN.load(Ordering::Relaxed);
+    pid != 0 && pid == std::process::id()
+}
+
+/// Initialises NVML (NVML refcounts its init).
+pub fn nvml_init() -> bool {
+    let Some(init) = nvmlInit_v2() else { return false };
+    // SAFETY: NVML's own init, no arguments.
+    let ok = unsafe { init() } == NVML_SUCCESS;
+    if ok {
+        note_nvml_up();
+    }
+    ok
+}
+
 /// NVML handle of device `index` (initialising NVML; NVML refcounts its init).
 pub fn nvml_handle(index: usize) -> Option<nvmlDevice_t> {
-    let init = nvmlInit_v2()?;
-    if unsafe { init() } != NVML_SUCCESS {
+    if !nvml_init() {
         return None;
     }
     let f = nvmlDeviceGetHandleByIndex_v2()?;

@@ -18,6 +18,7 @@ mod faults;
 mod ffi;
 mod guard;
 mod hooks;
+mod hostgpu;
 mod launch;
 mod memory;
 mod nvml;

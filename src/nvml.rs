@@ -29,6 +29,7 @@ pub unsafe fn init_with_flags(real: pfn::nvmlInitWithFlags, flags: c_uint) -> nv
 
 fn after_init(r: nvmlReturn_t) -> nvmlReturn_t {
     if r == NVML_SUCCESS {
+        driver::note_nvml_up();
         state::get().publish_nvml_devices();
     }
     r

@@ -5,7 +5,8 @@
 //! Runs as root in a private mount and PID namespace (`unshare -m -p -f --mount-proc`) with fresh
 //! tmpfs mounts on /tmp and /dev/shm, so nothing on the host changes; the program is a setuid-root
 //! copy of `alloc_hold` linked with the shim (a setuid program ignores `LD_PRELOAD` paths and
-//! `LD_LIBRARY_PATH`), started as uid/gid 65534 with `setpriv`.
+//! `LD_LIBRARY_PATH`), started as uid/gid 65534 with `setpriv`. The host GPU sample it publishes
+//! beside its region is created with the caller's IDs too.
 
 mod common;
 mod hardening_support;
@@ -39,8 +40,15 @@ fn a_setuid_program_takes_no_path_from_the_environment_and_acts_as_its_caller() 
         cp "$PROG" ./suid
         chmod 4755 ./suid
         run() { setpriv --reuid=65534 --regid=65534 --clear-groups env "$@" ./suid 64; }
-        # 1. A region path in a directory only root may write to.
-        run CUDA_DEVICE_MEMORY_SHARED_CACHE="$PWD/secret/x.cache" > one.out 2> one.err
+        # 1. A region path in a directory only root may write to; held until the host GPU
+        #    sample appears beside the region it uses.
+        setpriv --reuid=65534 --regid=65534 --clear-groups env CUDA_DEVICE_MEMORY_SHARED_CACHE="$PWD/secret/x.cache" \
+            ./suid 64 "$PWD/go" > one.out 2> one.err &
+        i=0
+        while [ ! -e /tmp/host-gpu.samples ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done
+        : > go
+        wait
+        echo "samples=$(ls -A /tmp | grep -c '^host-gpu.samples$')"
         echo "secret=$(ls -A secret | tr '\n' ' ')"
         echo "owners=$(stat -c '%u' /tmp/* /tmp/.[!.]* /dev/shm/* 2>/dev/null | sort -u | tr '\n' ' ')"
         # 2. An existing empty file that only root may write to.
@@ -70,6 +78,7 @@ fn a_setuid_program_takes_no_path_from_the_environment_and_acts_as_its_caller() 
         assert!(out.val(k).starts_with("0 "), "{k}: the program still works, governed: {}", out.dump());
     }
     assert_eq!(out.val("secret").trim(), "empty.cache", "nothing created in root's directory: {}", out.dump());
+    assert_eq!(out.val("samples"), "1", "the host GPU sample beside the region: {}", out.dump());
     assert_eq!(out.val("owners").trim(), "65534", "files created as the caller: {}", out.dump());
     assert_eq!(out.val("empty_size"), "0", "root's file left untouched: {}", out.dump());
     assert_eq!(out.val("victim_size"), "0", "no region through a symbolic link: {}", out.dump());

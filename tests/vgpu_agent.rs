@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const GPU_UUID: &str = "GPU-00000000-0000-4000-8000-000000000000";
+/// A GPU only hand-written samples name.
+const HAND_GPU: &str = "GPU-22222222-0000-4000-8000-000000000000";
 const NODE: &str = "node-1";
 
 /// `target/<profile>/vgpu-agent`, built once per test binary.
@@ -277,25 +279,26 @@ fn holder(sb: &Sandbox, region: &Path, limit: &str, mib: u64, tag: &str) -> (Spa
 fn metrics_match_the_regions_with_names_from_the_api() {
     agent_bin(); // built before the holders start waiting
     let sb = Sandbox::new("agent-metrics");
-    let hook = hook_tree(&sb, &["uid-a_main", "uid-b_side", "uid-c_main"]);
+    let hook = hook_tree(&sb, &["uid-a_main", "uid-b_side", "uid-c_main", "uid-x_gone"]);
     let c = hook.join("containers");
     let (ra, rb, rc) = (c.join("uid-a_main/r.cache"), c.join("uid-b_side/r.cache"), c.join("uid-c_main/x.cache"));
     std::fs::write(&rc, c_region(unix_now() - 7, 1, 0)).unwrap();
     let (mut ha, go_a) = holder(&sb, &ra, "1g", 100, "a");
     let (mut hb, go_b) = holder(&sb, &rb, "2g", 300, "b");
-    // Host GPU samples published beside the regions: the freshest per GPU wins, a stale one
-    // (another GPU, a minute old) is not reported.
+    // Host GPU samples beside the regions, of a GPU the holders' libraries do not publish (they
+    // publish the simulated one, host_gpu_samples_from_the_library): the freshest per GPU wins,
+    // a stale one (another GPU, a minute old) is not reported.
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     let stale_gpu = "GPU-11111111-0000-4000-8000-000000000000";
     std::fs::write(
-        c.join("uid-a_main/host-gpu.samples"),
-        format!("v1 {} {GPU_UUID} 0 {} {} 37 H100 80GB HBM3\n", now_ms - 1000, 5u64 << 30, 80u64 << 30),
+        c.join("uid-c_main/host-gpu.samples"),
+        format!("v1 {} {HAND_GPU} 0 {} {} 37 H100 80GB HBM3\n", now_ms - 1000, 5u64 << 30, 80u64 << 30),
     )
     .unwrap();
     std::fs::write(
-        c.join("uid-b_side/host-gpu.samples"),
+        c.join("uid-x_gone/host-gpu.samples"),
         format!(
-            "v1 {} {GPU_UUID} 0 {} {} 90 H100 80GB HBM3\nv1 {} {stale_gpu} 1 1 2 3 H100\n",
+            "v1 {} {HAND_GPU} 0 {} {} 90 H100 80GB HBM3\nv1 {} {stale_gpu} 1 1 2 3 H100\n",
             now_ms - 5000,
             7u64 << 30,
             80u64 << 30,
@@ -346,12 +349,12 @@ fn metrics_match_the_regions_with_names_from_the_api() {
     assert_eq!(sample(&text, "vgpu_processes", &["pod=\"c-pod\""]), Some(2.0), "{text}");
     let host = ["device_index=\"0\"", "device_type=\"NVIDIA-H100 80GB HBM3\"", "node=\"node-1\"", "zone=\"vGPU\""];
     let mut host_uuid = host.to_vec();
-    let uuid_label = format!("device_uuid=\"{GPU_UUID}\"");
+    let uuid_label = format!("device_uuid=\"{HAND_GPU}\"");
     host_uuid.push(&uuid_label);
     assert_eq!(sample(&text, "hami_host_gpu_memory_used_bytes", &host_uuid), Some((5u64 << 30) as f64), "{text}");
     assert_eq!(sample(&text, "hami_host_gpu_utilization_ratio", &host_uuid), Some(37.0), "{text}");
     assert_eq!(
-        sample(&text, "HostGPUMemoryUsage", &[&format!("deviceuuid=\"{GPU_UUID}\"")]),
+        sample(&text, "HostGPUMemoryUsage", &[&format!("deviceuuid=\"{HAND_GPU}\"")]),
         Some((5u64 << 30) as f64)
     );
     assert!(!text.contains(stale_gpu), "a stale sample is not reported: {text}");
@@ -387,6 +390,193 @@ fn metrics_match_the_regions_with_names_from_the_api() {
     let o = Command::new(python()).arg(py_file("agent_check.py")).arg(&f).arg(&ef).output().unwrap();
     assert!(o.status.success(), "{}{}\n{text}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(sample(&text, "vgpu_agent_pod_names_known", &[]), Some(0.0), "{text}");
+}
+
+/// One line of `host-gpu.samples`, parsed strictly in the agent's format (docs/agent.md).
+#[derive(Debug, PartialEq)]
+struct HostLine {
+    at_ms: u64,
+    uuid: String,
+    index: u32,
+    used: u64,
+    total: u64,
+    util: u32,
+    name: String,
+}
+
+fn host_lines(path: &Path) -> Option<Vec<HostLine>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    assert!(text.ends_with('\n') && text.len() <= 4096, "{text:?}");
+    let lines = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(8, ' ').collect();
+            assert_eq!((f.len(), f[0]), (8, "v1"), "{l:?}");
+            HostLine {
+                at_ms: f[1].parse().unwrap(),
+                uuid: f[2].into(),
+                index: f[3].parse().unwrap(),
+                used: f[4].parse().unwrap(),
+                total: f[5].parse().unwrap(),
+                util: f[6].parse().unwrap(),
+                name: f[7].into(),
+            }
+        })
+        .collect();
+    Some(lines)
+}
+
+/// `simctl devices`: (total, used) of device 0, the simulated driver's own figures.
+fn sim_device0(sb: &Sandbox) -> (u64, u64) {
+    let o = Command::new(&artifacts().simctl).arg("--state").arg(sb.state()).arg("devices").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let f: Vec<&str> = out.lines().nth(1).expect("device 0").split_whitespace().collect();
+    assert_eq!(f[4], GPU_UUID, "{out}");
+    (f[1].parse().unwrap(), f[2].parse().unwrap())
+}
+
+/// The library side of the host metrics: CUDA processes under the shim publish the whole
+/// simulated GPU (the driver's used/total, not their container's 1 GiB view; the device's
+/// utilisation) beside their region, in the exact format the agent parses, refreshed, one writer
+/// per 5 s for the container; the agent reports exactly those figures; a process under the shim
+/// that never uses CUDA writes nothing.
+#[test]
+fn host_gpu_samples_from_the_library() {
+    agent_bin();
+    let sb = Sandbox::new("agent-hostgpu");
+    let hook = hook_tree(&sb, &["uid-h_main", "uid-n_main"]);
+    let c = hook.join("containers");
+    let (dir_h, dir_n) = (c.join("uid-h_main"), c.join("uid-n_main"));
+    let samples = dir_h.join("host-gpu.samples");
+    let client = |tag: &str, mib: u64, busy: bool| {
+        let ready = sb.dir.join(format!("ready.{tag}"));
+        let mut steps = vec![format!("alloc:{mib}"), format!("touch:{}", ready.display())];
+        if busy {
+            steps.push("launch:4000".into()); // 10 ms kernels: the device stays busy for 40 s
+        }
+        steps.push("sleep:60000".into());
+        let s = sb
+            .run(limit_client())
+            .shim(true)
+            .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+            .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_h.join("r.cache"))
+            .env("VGPU_SIM_KERNEL_NS", "10000000")
+            .args(steps)
+            .spawn();
+        wait_file(&ready, 60);
+        s
+    };
+    // Two CUDA processes of one container (one keeps the GPU busy) and a shimmed program that
+    // never touches CUDA, in another container directory.
+    let mut busy = client("busy", 300, true);
+    let mut holder = client("hold", 500, false);
+    let mut plain =
+        sb.run("/bin/sleep").arg("4").shim(true).env("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_n.join("r.cache")).spawn();
+    wait_until("host-gpu.samples", 30, || samples.exists());
+
+    // The driver's figures of the physical device, not the container's view (1 GiB total,
+    // its own usage): equal to the simulator's once the clients' allocations are done.
+    let mut last = None;
+    wait_until("the sample to show the simulator's used/total", 30, || {
+        let lines = host_lines(&samples).unwrap();
+        let (total, used) = sim_device0(&sb);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let l = &lines[0];
+        assert_eq!((l.uuid.as_str(), l.index, l.name.as_str()), (GPU_UUID, 0, "NVIDIA H100 80GB HBM3"));
+        assert!(l.used <= l.total && l.util <= 100, "{l:?}");
+        let ok = (l.total, l.used) == (total, used);
+        last = Some((lines, total, used));
+        ok
+    });
+    let (lines, total, used) = last.unwrap();
+    assert_eq!(total, 16384 * MIB, "{lines:?}");
+    assert!(used >= 800 * MIB, "both processes' memory: {lines:?}");
+
+    // Refreshed, one publication per 5 s for the container although two processes can publish;
+    // the busy device shows in the utilisation.
+    let mut stamps = vec![lines[0].at_ms];
+    let mut utils = vec![lines[0].util];
+    wait_until("two refreshes", 40, || {
+        if let Some(l) = host_lines(&samples).and_then(|v| v.into_iter().next())
+            && l.at_ms != *stamps.last().unwrap()
+        {
+            stamps.push(l.at_ms);
+            utils.push(l.util);
+        }
+        stamps.len() >= 3
+    });
+    for w in stamps.windows(2) {
+        assert!(w[1] >= w[0] + 4_900, "one publication per 5 s for the container: {stamps:?}");
+    }
+    assert!(utils.iter().any(|&u| u >= 50), "the busy GPU's utilisation: {utils:?}");
+    let perm = std::fs::symlink_metadata(&samples).unwrap();
+    assert!(perm.file_type().is_file() && perm.permissions().mode() & 0o777 == 0o666, "{perm:?}");
+    let leftovers: Vec<String> = std::fs::read_dir(&dir_h)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // The agent (no NVML) reports exactly what the file says.
+    let port = free_port();
+    let agent = spawn_agent(&sb, &hook, port, &[("NODE_NAME", NODE)], &[]);
+    let uuid_label = format!("device_uuid=\"{GPU_UUID}\"");
+    let labels = [uuid_label.as_str(), "device_index=\"0\"", "device_type=\"NVIDIA-NVIDIA H100 80GB HBM3\""];
+    wait_until("an agent scrape between two publications", 30, || {
+        let before = host_lines(&samples).unwrap();
+        let text = metrics(port);
+        let after = host_lines(&samples).unwrap();
+        if before != after {
+            return false;
+        }
+        let l = &before[0];
+        assert_eq!(sample(&text, "hami_host_gpu_memory_used_bytes", &labels), Some(l.used as f64), "{text}");
+        assert_eq!(sample(&text, "hami_host_gpu_utilization_ratio", &labels), Some(l.util as f64), "{text}");
+        true
+    });
+    drop(agent);
+
+    // A process that only uses NVML (no CUDA) publishes too, the whole GPU, while its own NVML
+    // view is the container's 1 GiB.
+    let dir_v = c.join("uid-v_main");
+    std::fs::create_dir_all(&dir_v).unwrap();
+    std::fs::set_permissions(&dir_v, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut nv = sb
+        .run(common::c_program(
+            "mem_client",
+            &["mem_client.c", "mem13_cmds.c"],
+            &["-lcuda", "-lnvidia-ml", "-lpthread"],
+        ))
+        .shim(true)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_v.join("r.cache"))
+        .spawn();
+    let reply = |nv: &mut Spawned, cmd: &str| {
+        nv.send_line(cmd).unwrap();
+        loop {
+            let l = nv.recv_line(Duration::from_secs(30)).expect("mem_client answers");
+            if !l.starts_with("ready=") {
+                return l;
+            }
+        }
+    };
+    assert!(reply(&mut nv, "nvml_init").contains("rc=0"));
+    let view = reply(&mut nv, "nvml_mem 0");
+    assert!(view.contains(&format!("total1={}", 1u64 << 30)), "the application's view: {view}");
+    let samples_v = dir_v.join("host-gpu.samples");
+    wait_until("the NVML-only process's sample", 30, || samples_v.exists());
+    let l = &host_lines(&samples_v).unwrap()[0];
+    assert_eq!((l.uuid.as_str(), l.total), (GPU_UUID, total), "{l:?}");
+    nv.kill();
+
+    // The program that never used CUDA wrote nothing.
+    plain.wait_within(Duration::from_secs(30)).unwrap();
+    let in_n: Vec<String> =
+        std::fs::read_dir(&dir_n).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!in_n.iter().any(|n| n.contains("host-gpu")), "{in_n:?}");
+    busy.kill();
+    holder.kill();
 }
 
 /// Priorities and "limit only when contended" with real processes launching under the shim: the

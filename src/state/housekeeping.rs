@@ -11,6 +11,8 @@
 //! - checks that our own slot is still ours (a foreign writer could free it) and re-attaches;
 //! - warns once per device when the container's usage is above a (shrunk) live limit, and
 //!   revokes every lease on a device that is full (docs/design.md "Memory ledger", leases).
+//! - publishes the host GPU sample for the node agent where NVML is initialised anyway, once per
+//!   5 s for the container (`hostgpu`).
 //!
 //! The thread only sleeps and calls `tick`: it holds nothing across a `fork`, and a forked child
 //! starts its own when it builds its own state.
@@ -70,6 +72,7 @@ pub fn tick(st: &State) {
     keep_own_seat(st, region);
     crate::state::region_tick();
     warn_over_limit(st);
+    crate::hostgpu::tick(region);
 }
 
 fn sweep_dead(st: &State, region: &vgpu_core::regionfile::Region) {

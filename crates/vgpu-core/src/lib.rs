@@ -8,6 +8,7 @@ pub mod counters;
 pub mod devices;
 pub mod driverlimit;
 pub mod hostpid;
+pub mod hostsample;
 pub mod idhash;
 pub mod ledger;
 pub mod limiter;

@@ -269,7 +269,8 @@ pub struct RegionExt {
     pub ext_version: AtomicU32,
     pub ext_flags: AtomicU32,
     /// `[SCAN_DUE]`: CLOCK_MONOTONIC ns before which no process of the container starts another
-    /// liveness scan ([`crate::slots::take_scan_turn`]); the rest is reserved (zero).
+    /// liveness scan ([`crate::slots::take_scan_turn`]); `[HOST_SAMPLE_DUE]`: the same for the
+    /// host GPU sample ([`crate::slots::take_host_sample_turn`]); the rest is reserved (zero).
     pub reserved_hdr: [AtomicU64; 6],
     pub limiter: [DeviceLimiterState; MAX_DEVICES],
     pub reserved: [AtomicU64; 120],

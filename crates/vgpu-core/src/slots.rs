@@ -339,8 +339,35 @@ pub const SCAN_DUE: usize = 0;
 /// extension every process scans. A scanner that dies or stops mid-scan delays the next one by
 /// at most a period.
 pub fn take_scan_turn(region: &Region, now: u64, period: u64) -> bool {
+    take_turn(region, SCAN_DUE, now, period)
+}
+
+/// Index of `RegionExt::reserved_hdr` holding the container's next host GPU sample time.
+pub const HOST_SAMPLE_DUE: usize = 1;
+
+/// Whether this process publishes the container's host GPU sample now (`now`: CLOCK_MONOTONIC
+/// ns): one publication per `period` for the whole container, as [`take_scan_turn`].
+pub fn take_host_sample_turn(region: &Region, now: u64, period: u64) -> bool {
+    take_turn(region, HOST_SAMPLE_DUE, now, period)
+}
+
+/// Hands back a host sample turn taken at `now` that published nothing (this process's NVML does
+/// not answer), so another process of the container can take it at its next tick.
+pub fn return_host_sample_turn(region: &Region, now: u64, period: u64) {
+    if let Some(ext) = region.ext() {
+        let _ = ext.reserved_hdr[HOST_SAMPLE_DUE].compare_exchange(
+            now.saturating_add(period),
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// The turn protocol of the due time in `reserved_hdr[word]`.
+fn take_turn(region: &Region, word: usize, now: u64, period: u64) -> bool {
     let Some(ext) = region.ext() else { return true };
-    let w = &ext.reserved_hdr[SCAN_DUE];
+    let w = &ext.reserved_hdr[word];
     let due = w.load(Ordering::Relaxed);
     if now < due && due - now <= 2 * period {
         return false;
@@ -1338,6 +1365,14 @@ mod tests {
         r.ext().unwrap().reserved_hdr[SCAN_DUE].store(u64::MAX, Ordering::Relaxed);
         assert!(take_scan_turn(&r, t0 + 2 * P, P));
         assert!(!take_scan_turn(&r, t0 + 2 * P + 1, P));
+        // The host sample turn is a word of its own.
+        assert!(take_host_sample_turn(&r, t0 + 2 * P + 1, P), "independent of the scan turn");
+        assert!(!take_host_sample_turn(&r, t0 + 2 * P + 2, P));
+        assert!(take_host_sample_turn(&r, t0 + 3 * P + 1, P));
+        // Handed back: the next process takes it at once.
+        return_host_sample_turn(&r, t0 + 3 * P + 1, P);
+        assert!(take_host_sample_turn(&r, t0 + 3 * P + 2, P));
+        assert!(!take_host_sample_turn(&r, t0 + 3 * P + 3, P));
     }
 
     #[test]

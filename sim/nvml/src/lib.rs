@@ -636,7 +636,10 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: nvmlDevice_t, u: *mut nvmlUtilization_t) -> nvmlReturn_t {
-    static LAST: Mutex<Option<HashMap<usize, u64>>> = Mutex::new(None);
+    // Per device and calling thread: one thread's query does not shorten another's window (real
+    // NVML's figure does not depend on who else asks).
+    static LAST: Mutex<Option<HashMap<(usize, std::thread::ThreadId), u64>>> = Mutex::new(None);
+    let me = std::thread::current().id();
     ret(dev_index(h).and_then(|(d, s)| {
         if u.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -644,11 +647,11 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: nvmlDevice_t, u: *mut 
         let now = now_mono_ns();
         let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
         let map = last.get_or_insert_with(HashMap::new);
-        let from = match map.get(&d) {
+        let from = match map.get(&(d, me)) {
             Some(&t) if now.saturating_sub(t) >= 20_000_000 && now - t <= 10 * SECOND => t,
             _ => now.saturating_sub(SECOND),
         };
-        map.insert(d, now);
+        map.insert((d, me), now);
         drop(last);
         s.reclaim_dead();
         let busy = s.device_busy_ns(d, now).saturating_sub(s.device_busy_ns(d, from));
