@@ -23,5 +23,5 @@ cargo test --workspace --no-fail-fast -- --test-threads=2
 VGPU_TEST_SHIM=target/release-floor/libvgpu.so cargo test -p libvgpu --tests --no-fail-fast -- --test-threads=2
 ci/oldglibc.sh                   # the shipped artifact in a Debian bullseye root (glibc 2.31, cached)
 ci/gpu-validate.sh --dry-run     # the GPU validation flow, on the simulated GPU
-shellcheck ci/*.sh ci/stage1/*.sh .ci/run
+shellcheck ci/*.sh loader/*.sh .ci/run
 echo "ci/test.sh: all checks passed"
