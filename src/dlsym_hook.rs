@@ -49,17 +49,17 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     core::arch::naked_asm!(
-        "stp x29, x30, [sp, #-32]!",
+        "stp x29, x30, [sp, -32]!",
         "mov x29, sp",
-        "stp x0, x1, [sp, #16]",
+        "stp x0, x1, [sp, 16]",
         // Third argument: the caller's return address (where glibc's RTLD_NEXT starts from).
         "mov x2, x30",
         "bl {decide}",
         "mov x16, x0",
-        "ldp x0, x1, [sp, #16]",
-        "ldp x29, x30, [sp], #32",
+        "ldp x0, x1, [sp, 16]",
+        "ldp x29, x30, [sp], 32",
         "cbz x16, 2f",
-        "cmp x16, #1",
+        "cmp x16, 1",
         "b.eq 3f",
         "mov x0, x16",
         "ret",
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "ret",
         "2:",
         "adrp x16, {real}",
-        "ldr x16, [x16, #:lo12:{real}]",
+        "ldr x16, [x16, :lo12:{real}]",
         "br x16",
         decide = sym decide,
         real = sym dl::VGPU_REAL_DLSYM,
