@@ -124,10 +124,7 @@ in_root() {
     ' sh "$AROOT" "$ROOT" "$REGISTRY" env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
         SSL_CERT_FILE=/etc/ssl/certs/vgpu-host-ca.crt CARGO_HTTP_CAINFO=/etc/ssl/certs/vgpu-host-ca.crt \
         PATH="${ROOT_PATH:-/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin}" \
-        CARGO_TERM_COLOR=never CARGO_TARGET_DIR="$ATARGET" \
-        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-        CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc HOST_CC=gcc CC_x86_64_unknown_linux_gnu=gcc \
-        "$@"
+        CARGO_TERM_COLOR=never CARGO_TARGET_DIR="$ATARGET" "$@"
 }
 
 cmd_build() {
@@ -149,6 +146,12 @@ cmd_build() {
         in_root cargo zigbuild --release --target "$TRIPLE$suffix" "${pkgs[@]}" "${features[@]}"
 }
 
+# The test build links with the cross gcc (the release build with zig instead); CC also compiles the
+# harness's C clients for aarch64.
+CROSS_ENV=(CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+    CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc HOST_CC=gcc CC_x86_64_unknown_linux_gnu=gcc
+    CC=aarch64-linux-gnu-gcc)
+
 cmd_test() {
     local tests=("${AARCH64_TESTS[@]}") t args=()
     [ -z "${VGPU_AARCH64_TESTS:-}" ] || read -r -a tests <<< "$VGPU_AARCH64_TESTS"
@@ -158,10 +161,10 @@ cmd_test() {
     # limiter::vsim (the limiter's virtual-time simulations: arithmetic only, minutes under qemu)
     # stays with the native run.
     log "unit tests under emulation: vgpu-core, libvgpu (lib), without limiter::vsim"
-    in_root env CC=aarch64-linux-gnu-gcc cargo test --target "$TRIPLE" -p vgpu-core -p libvgpu --lib \
+    in_root env "${CROSS_ENV[@]}" cargo test --target "$TRIPLE" -p vgpu-core -p libvgpu --lib \
         -- --test-threads=2 --skip limiter::vsim || die "unit tests failed on aarch64"
     log "integration tests under emulation: ${tests[*]}"
-    ARM64_USERLAND=$ARM64_BIN in_root env CC=aarch64-linux-gnu-gcc VGPU_RELEASE_SO="$ROOT/target/release-floor-aarch64/libvgpu.so" \
+    ARM64_USERLAND=$ARM64_BIN in_root env "${CROSS_ENV[@]}" VGPU_RELEASE_SO="$ROOT/target/release-floor-aarch64/libvgpu.so" \
         cargo test --target "$TRIPLE" -p libvgpu "${args[@]}" -- --test-threads=2 ||
         die "integration tests failed on aarch64"
     log "all aarch64 tests passed (under qemu: correctness only, timings mean nothing)"

@@ -79,14 +79,14 @@ elf_arch() {
     python3 "$ROOT/loader/stage1gen.py" machine "$1"
 }
 
-# check_machine FILE ARCH
+# check_machine FILE ARCH [NAME]
 check_machine() {
-    local got
+    local got name=${3:-$(basename "$1")}
     got=$(elf_arch "$1" 2>/dev/null || echo unknown)
     if [ "$got" = "$2" ]; then
-        log "ok   $(basename "$1"): ELF machine $got"
+        log "ok   $name: ELF machine $got"
     else
-        log "FAIL $(basename "$1"): ELF machine $got, want $2"
+        log "FAIL $name: ELF machine $got, want $2"
         return 1
     fi
 }
@@ -179,7 +179,7 @@ check_artifact() {
         log "FAIL no .vgpu_engine section in $so"; rm -f "$eng"; return 1
     fi
     log "     embedded engine: $(stat -c %s "$eng") bytes"
-    check_machine "$eng" "$arch" || bad=1
+    check_machine "$eng" "$arch" "embedded engine" || bad=1
     check_so "$eng" "$floor" "$ENGINE_ALLOWED_NEEDED" || bad=1
     exported_functions "$eng" | grep -qx vgpu_engine_attach ||
         { log "FAIL the engine lacks vgpu_engine_attach"; bad=1; }
