@@ -158,14 +158,9 @@ cmd_test() {
     for t in "${tests[@]}"; do args+=(--test "$t"); done
     # The C clients of the harness are compiled for aarch64 (CC), and run, like the test
     # executables themselves, under qemu.
-    # Left to the native run: limiter::vsim (the limiter's virtual-time simulations: arithmetic
-    # only, minutes under qemu), and the tests whose forked children share slots: qemu reports a
-    # forked child's own start time (/proc/<own pid>/stat, which it answers itself) as its
-    # parent's, while every other process reads the kernel's, so the slots' pid-reuse check sees
-    # each such child as a recycled pid. The futex lock's SIGKILL recovery (lock::tests) runs.
-    local skips=(limiter::vsim mptests::concurrent_children mptests::killed_lock_holder
-        regionplace::anchor_tests::deleted_ regionplace::anchor_tests::live_overflow
-        regionplace::anchor_tests::simultaneous_openers) skip_args=()
+    # limiter::vsim (the limiter's virtual-time simulations: arithmetic only, minutes under qemu)
+    # stays with the native run.
+    local skips=(limiter::vsim) skip_args=()
     for t in "${skips[@]}"; do skip_args+=(--skip "$t"); done
     log "unit tests under emulation: vgpu-core, libvgpu (lib), without ${skips[*]}"
     in_root env "${CROSS_ENV[@]}" cargo test --target "$TRIPLE" -p vgpu-core -p libvgpu --lib \
