@@ -169,7 +169,7 @@ cmd_test() {
         -- --test-threads=2 "${skip_args[@]}" || die "unit tests failed on aarch64"
     log "integration tests under emulation: ${tests[*]}"
     ARM64_USERLAND=$ARM64_BIN in_root env "${CROSS_ENV[@]}" VGPU_RELEASE_SO="$ROOT/target/release-floor-aarch64/libvgpu.so" \
-        cargo test --target "$TRIPLE" -p libvgpu "${args[@]}" -- --test-threads=2 ||
+        cargo test --no-fail-fast --target "$TRIPLE" -p libvgpu "${args[@]}" -- --test-threads=2 ||
         die "integration tests failed on aarch64"
     log "all aarch64 tests passed (under qemu: correctness only, timings mean nothing)"
 }
