@@ -17,10 +17,10 @@
 #
 # `test` runs, built for aarch64 and executed under qemu: the vgpu-core unit tests (region
 # protocol, atomics, futex locks, slot recovery after SIGKILL, multi-process), the shim's unit
-# tests, and the integration tests in AARCH64_TESTS (memory limit, region protocol across
-# processes, preload safety, dlsym interception, fork, the first stage's mapping with the shipped
-# aarch64 artifact when ci/release.sh has built it). Emulation says nothing about speed: these
-# runs check correctness only.
+# tests, the integration tests in AARCH64_TESTS (memory limit, region protocol across processes,
+# preload safety, dlsym interception, the shipped aarch64 artifact's checks: run ci/release.sh
+# first), and SHIPPED_TESTS again with that artifact as the shim. What stays with the native run,
+# and why: docs/aarch64.md. Emulation says nothing about speed: these runs check correctness only.
 #
 # Environment: VGPU_AARCH64_ROOT (default target/aarch64-root), VGPU_DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), VGPU_AARCH64_TESTS (override the integration test list).
