@@ -18,15 +18,19 @@ fn main() {
     let zig = std::env::var("CARGO_ZIGBUILD_ZIG_PATH").is_ok() || target.contains("gnu.2.");
     if target.contains("linux-gnu")
         && !zig
-        && let Some(dir) = gcc_eh_dir()
+        && let Some(dir) = gcc_eh_dir(&target)
     {
         println!("cargo:rustc-link-search=native={dir}");
         println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
     }
 }
 
-fn gcc_eh_dir() -> Option<String> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+/// The target's `libgcc_eh.a`, asked of the target's C compiler (`CC_<triple>` as the cc crate
+/// spells it, then `CC`, then `cc`: a cross build must not link the host's).
+fn gcc_eh_dir(target: &str) -> Option<String> {
+    let cc = std::env::var(format!("CC_{}", target.replace('-', "_")))
+        .or_else(|_| std::env::var("CC"))
+        .unwrap_or_else(|_| "cc".into());
     let out = Command::new(cc).arg("-print-file-name=libgcc_eh.a").output().ok()?;
     let path = String::from_utf8(out.stdout).ok()?.trim().to_string();
     let p = std::path::Path::new(&path);

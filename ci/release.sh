@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build the release artifact of libvgpu.so against an old glibc floor. Two stages
-# in one file (docs/design.md "Exec cost"): a tiny first stage (ci/stage1) that every
+# Build the release artifact of libvgpu.so against an old glibc floor, for x86_64 and aarch64. Two
+# stages in one file (docs/design.md "Exec cost"): a tiny first stage (loader/) that every
 # process maps, carrying the engine (the shim built with `--features engine`) in a non-loaded
 # section that it maps on the first CUDA/NVML touch.
 #
-#   ci/release.sh            build target/release-floor/libvgpu.so for glibc 2.17 and check it
+#   ci/release.sh            build target/release-floor/ (x86_64) and target/release-floor-aarch64/
+#                            for glibc 2.17 and check them
 #   ci/release.sh --check F  only run the checks on an existing .so F (and its embedded engine)
 #
 # The shim is injected through /etc/ld.so.preload into images we do not control: a build that
@@ -14,13 +15,15 @@
 # target/zigtools (a Python venv with ziglang + cargo-zigbuild from PyPI; `cargo install
 # cargo-zigbuild --locked` if the wheel is unavailable).
 #
-# Output: target/release-floor/libvgpu.so, target/release-floor/vgpu-smi (the operator's CLI,
-# shipped beside the library, same floor), target/release-floor/vgpu-agent (the node agent that
-# replaces HAMi's vGPU monitor container, same floor, docs/agent.md), target/release-floor/FLOOR (the glibc floor actually
-# used: 2.17, or 2.28 after a loud fallback), target/release-floor/exports.txt,
-# target/release-floor/libvgpu-engine.so (a copy of the embedded engine, for inspection).
+# Output, per architecture (target/release-floor/ for x86_64, target/release-floor-aarch64/):
+# libvgpu.so, the executables of SHIPPED_BINS (the operator's CLI and the node agent, shipped
+# beside the library, same floor), FLOOR (the glibc floor actually used: 2.17, or 2.28 after a
+# loud fallback), exports.txt, libvgpu-engine.so (a copy of the embedded engine, for inspection).
+# aarch64 is cross-built by ci/aarch64.sh in its cached Debian root (needs root; the first run
+# builds the root, a few minutes).
 #
-# Environment: VGPU_GLIBC_FLOOR (default 2.17), CARGO_TARGET_DIR (honoured; default target/),
+# Environment: VGPU_GLIBC_FLOOR (default 2.17), VGPU_RELEASE_ARCHES (default "x86_64 aarch64"),
+# CARGO_TARGET_DIR (honoured for x86_64; default target/),
 # VGPU_ZIGLANG_SPEC / VGPU_ZIGBUILD_SPEC (pip version specifiers; default ==0.17.1 / ==0.24.1, the
 # pair this was verified with).
 set -euo pipefail
@@ -29,10 +32,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 TOOLS=$ROOT/target/zigtools
-OUT=$ROOT/target/release-floor
 FLOOR=${VGPU_GLIBC_FLOOR:-2.17}
 FALLBACK_FLOOR=2.28
-TRIPLE=x86_64-unknown-linux-gnu
+# Every executable shipped beside libvgpu.so: built, checked and copied for each architecture.
+SHIPPED_BINS=(vgpu-smi vgpu-agent)
+read -r -a ARCHES <<< "${VGPU_RELEASE_ARCHES:-x86_64 aarch64}"
 
 log() { printf '[release] %s\n' "$*" >&2; }
 die() { printf '[release] FAILED: %s\n' "$*" >&2; exit 1; }
@@ -52,13 +56,39 @@ REQUIRED_EXPORTS=(
     nvmlInit nvmlInit_v2 nvmlInitWithFlags nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2
 )
 # NEEDED entries the artifact may have: every process pays for each (~40 µs; libgcc_s ~110 µs).
-ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2)$'
+# The dynamic loader's name is per architecture.
+ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1)$'
 # ... and the engine, which only CUDA/NVML processes map.
-ENGINE_ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2|libpthread\.so\.0|libdl\.so\.2|libm\.so\.6|librt\.so\.1)$'
+ENGINE_ALLOWED_NEEDED='^(libc\.so\.6|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libpthread\.so\.0|libdl\.so\.2|libm\.so\.6|librt\.so\.1)$'
 
-# Highest GLIBC_x.y[.z] a .so requires (objdump -T), printed on stdout.
+# The checks read ELF with readelf (and loader/stage1gen.py), which handle every architecture;
+# the host's objdump/objcopy know only the host's.
+
+# Highest GLIBC_x.y[.z] a file requires, printed on stdout.
 max_glibc() {
-    objdump -T "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1
+    readelf --dyn-syms -W "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1
+}
+
+# Defined dynamic functions (exports), sorted.
+exported_functions() {
+    readelf --dyn-syms -W "$1" | awk '$4 == "FUNC" && $7 != "UND" {sub(/@.*/, "", $8); print $8}' | sort -u
+}
+
+# The architecture (x86_64 or aarch64) of an ELF file.
+elf_arch() {
+    python3 "$ROOT/loader/stage1gen.py" machine "$1"
+}
+
+# check_machine FILE ARCH [NAME]
+check_machine() {
+    local got name=${3:-$(basename "$1")}
+    got=$(elf_arch "$1" 2>/dev/null || echo unknown)
+    if [ "$got" = "$2" ]; then
+        log "ok   $name: ELF machine $got"
+    else
+        log "FAIL $name: ELF machine $got, want $2"
+        return 1
+    fi
 }
 
 # version_le A B: A <= B in version order.
@@ -76,7 +106,7 @@ check_so() {
         log "ok   highest GLIBC_ version: $max (floor $floor)"
     else
         log "FAIL highest GLIBC_ version: $max exceeds the floor $floor:"
-        objdump -T "$so" | grep "GLIBC_" | sort -u | while read -r line; do
+        readelf --dyn-syms -W "$so" | grep "GLIBC_" | sort -u | while read -r line; do
             v=$(printf '%s\n' "$line" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//')
             version_le "$v" "$floor" || log "       $line"
         done
@@ -93,7 +123,7 @@ check_so() {
     done <<< "$needed"
     [ "$bad" -ne 0 ] || log "ok   NEEDED list"
     # Defined dynamic symbols (exports).
-    exports=$(objdump -T "$so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | grep -vx vgpu_engine_attach | sort -u)
+    exports=$(exported_functions "$so" | grep -vx vgpu_engine_attach)
     missing=""
     for s in "${REQUIRED_EXPORTS[@]}"; do
         grep -qx "$s" <<< "$exports" || missing="$missing $s"
@@ -107,11 +137,12 @@ check_so() {
     return "$bad"
 }
 
-# check_bin FILE FLOOR: an executable shipped beside the library (vgpu-smi, vgpu-agent): glibc
-# floor and NEEDED (libc family only: no OpenSSL, no driver, no NVML).
+# check_bin FILE FLOOR ARCH: an executable shipped beside the library (SHIPPED_BINS): machine,
+# glibc floor and NEEDED.
 check_bin() {
-    local bin=$1 floor=$2 bad=0 max needed
+    local bin=$1 floor=$2 arch=$3 bad=0 max needed
     [ -f "$bin" ] || die "no such file: $bin"
+    check_machine "$bin" "$arch" || bad=1
     max=$(max_glibc "$bin")
     if [ -n "$max" ] && ! version_le "$max" "$floor"; then
         log "FAIL $(basename "$bin"): highest GLIBC_ version $max exceeds the floor $floor"
@@ -130,25 +161,29 @@ check_bin() {
     return "$bad"
 }
 
-# check_artifact FILE FLOOR: the first stage (libc only, no TLS, no constructor) and the engine
-# it carries (same checks, its own NEEDED list, the same hooked names plus vgpu_engine_attach).
+# check_artifact FILE FLOOR [ARCH]: the first stage (libc only, no TLS, no constructor) and the
+# engine it carries (same checks, its own NEEDED list, the same hooked names plus
+# vgpu_engine_attach), both for ARCH (default: whatever FILE is, x86_64 or aarch64).
 check_artifact() {
-    local so=$1 floor=$2 bad=0 eng
+    local so=$1 floor=$2 arch=${3:-} bad=0 eng
+    [ -f "$so" ] || die "no such file: $so"
+    [ -n "$arch" ] || arch=$(elf_arch "$so") || die "$so is neither x86_64 nor aarch64"
+    check_machine "$so" "$arch" || bad=1
     check_so "$so" "$floor" || bad=1
     if readelf -lW "$so" | grep -qw TLS; then log "FAIL the first stage has a TLS segment"; bad=1; fi
     if readelf -dW "$so" | grep -qE '\((INIT|INIT_ARRAY|PREINIT_ARRAY)\)'; then
         log "FAIL the first stage has constructors"; bad=1
     fi
     eng=$(mktemp)
-    if ! objcopy --dump-section .vgpu_engine="$eng" "$so" /dev/null 2>/dev/null; then
+    if ! python3 "$ROOT/loader/stage1gen.py" extract "$so" "$eng" 2>/dev/null; then
         log "FAIL no .vgpu_engine section in $so"; rm -f "$eng"; return 1
     fi
     log "     embedded engine: $(stat -c %s "$eng") bytes"
+    check_machine "$eng" "$arch" "embedded engine" || bad=1
     check_so "$eng" "$floor" "$ENGINE_ALLOWED_NEEDED" || bad=1
-    nm -D --defined-only "$eng" | awk '{print $3}' | grep -qx vgpu_engine_attach ||
+    exported_functions "$eng" | grep -qx vgpu_engine_attach ||
         { log "FAIL the engine lacks vgpu_engine_attach"; bad=1; }
-    if ! diff <(objdump -T "$so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u) \
-        <(objdump -T "$eng" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | grep -vx vgpu_engine_attach | sort -u) >&2; then
+    if ! diff <(exported_functions "$so") <(exported_functions "$eng" | grep -vx vgpu_engine_attach) >&2; then
         log "FAIL the first stage and the engine export different names"; bad=1
     fi
     rm -f "$eng"
@@ -163,9 +198,8 @@ fi
 
 # --- tools -----------------------------------------------------------------------------------
 
-if ! command -v objdump >/dev/null || ! command -v readelf >/dev/null; then
-    die "objdump/readelf missing (apt-get install binutils)"
-fi
+command -v readelf >/dev/null || die "readelf missing (apt-get install binutils)"
+command -v python3 >/dev/null || die "python3 missing (loader/stage1gen.py)"
 command -v cargo >/dev/null || die "cargo not found"
 
 ensure_tools() {
@@ -195,55 +229,69 @@ ensure_tools
 
 # --- build -----------------------------------------------------------------------------------
 
+# build_floor ARCH FLOOR: the engine and SHIPPED_BINS for ARCH at glibc FLOOR.
 build_floor() {
-    local floor=$1
-    log "cargo zigbuild --release --target $TRIPLE.$floor -p libvgpu --features engine"
-    # LD_PRELOAD must not leak into the compiler.
-    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p libvgpu --features engine
-    log "cargo zigbuild --release --target $TRIPLE.$floor -p vgpu-smi -p vgpu-agent"
-    env -u LD_PRELOAD cargo zigbuild --release --target "$TRIPLE.$floor" -p vgpu-smi -p vgpu-agent
+    local arch=$1 floor=$2 bins=()
+    for b in "${SHIPPED_BINS[@]}"; do bins+=(-p "$b"); done
+    log "$arch: engine and ${SHIPPED_BINS[*]} for glibc $floor"
+    case $arch in
+        x86_64)
+            # LD_PRELOAD must not leak into the compiler.
+            env -u LD_PRELOAD cargo zigbuild --release --target "x86_64-unknown-linux-gnu.$floor" -p libvgpu --features engine &&
+                env -u LD_PRELOAD cargo zigbuild --release --target "x86_64-unknown-linux-gnu.$floor" "${bins[@]}"
+            ;;
+        aarch64)
+            VGPU_FEATURES=engine "$ROOT/ci/aarch64.sh" build ".$floor" libvgpu &&
+                "$ROOT/ci/aarch64.sh" build ".$floor" "${SHIPPED_BINS[@]}"
+            ;;
+        *) die "unknown architecture $arch (x86_64, aarch64)" ;;
+    esac
 }
 
-USED=$FLOOR
-if ! build_floor "$FLOOR"; then
-    if [ "$FLOOR" = "$FALLBACK_FLOOR" ]; then
-        die "zigbuild for glibc $FLOOR failed"
+# release_arch ARCH: build, assemble and check ARCH's release directory.
+release_arch() {
+    local arch=$1 out built used=$FLOOR
+    case $arch in
+        x86_64) out=$ROOT/target/release-floor built=$TARGET_DIR/x86_64-unknown-linux-gnu/release ;;
+        aarch64) out=$ROOT/target/release-floor-aarch64 built=$ROOT/target/aarch64/aarch64-unknown-linux-gnu/release ;;
+        *) die "unknown architecture $arch (x86_64, aarch64)" ;;
+    esac
+    if ! build_floor "$arch" "$FLOOR"; then
+        if [ "$FLOOR" = "$FALLBACK_FLOOR" ]; then
+            die "$arch: zigbuild for glibc $FLOOR failed"
+        fi
+        loud "$arch: glibc $FLOOR build FAILED; falling back to glibc $FALLBACK_FLOOR." \
+            "The artifact will NOT load in CentOS 7 / Ubuntu 18.04 era images (glibc < $FALLBACK_FLOOR)."
+        used=$FALLBACK_FLOOR
+        build_floor "$arch" "$used" || die "$arch: zigbuild for glibc $used failed too"
     fi
-    loud "glibc $FLOOR build FAILED; falling back to glibc $FALLBACK_FLOOR." \
-        "The artifact will NOT load in CentOS 7 / Ubuntu 18.04 era images (glibc < $FALLBACK_FLOOR)."
-    USED=$FALLBACK_FLOOR
-    build_floor "$USED" || die "zigbuild for glibc $USED failed too"
-fi
+    local engine=$built/libvgpu.so
+    [ -f "$engine" ] || die "build produced no $engine"
+    mkdir -p "$out"
+    cp -f "$engine" "$out/libvgpu-engine.so"
+    log "$arch first stage: loader/build.sh with zig cc -target $arch-linux-gnu.$used"
+    env -u LD_PRELOAD loader/build.sh "$engine" "$out/libvgpu.so.tmp" \
+        "$TOOLS/venv/bin/python" -m ziglang cc -target "$arch-linux-gnu.$used" ||
+        die "first stage build failed"
+    mv -f "$out/libvgpu.so.tmp" "$out/libvgpu.so"
+    for b in "${SHIPPED_BINS[@]}"; do
+        [ -f "$built/$b" ] || die "build produced no $built/$b"
+        cp -f "$built/$b" "$out/$b.tmp"
+        mv -f "$out/$b.tmp" "$out/$b"
+    done
+    echo "$used" > "$out/FLOOR"
+    exported_functions "$out/libvgpu.so" > "$out/exports.txt"
+    log "artifact: $out/libvgpu.so ($(stat -c %s "$out/libvgpu.so") bytes), $arch, glibc floor $used"
+    check_artifact "$out/libvgpu.so" "$used" "$arch" || die "$arch: release artifact checks failed"
+    for b in "${SHIPPED_BINS[@]}"; do
+        check_bin "$out/$b" "$used" "$arch" || die "$arch: $b artifact checks failed"
+    done
+    if [ "$used" != "$FLOOR" ]; then
+        loud "$arch: release artifact built for glibc $used, NOT $FLOOR (see the fallback message above)"
+    fi
+}
 
-ENGINE=$TARGET_DIR/$TRIPLE/release/libvgpu.so
-[ -f "$ENGINE" ] || die "build produced no $ENGINE"
-mkdir -p "$OUT"
-cp -f "$ENGINE" "$OUT/libvgpu-engine.so"
-log "first stage: ci/stage1/build.sh with zig cc -target x86_64-linux-gnu.$USED"
-env -u LD_PRELOAD ci/stage1/build.sh "$ENGINE" "$OUT/libvgpu.so.tmp" \
-    "$TOOLS/venv/bin/python" -m ziglang cc -target "x86_64-linux-gnu.$USED" ||
-    die "first stage build failed"
-mv -f "$OUT/libvgpu.so.tmp" "$OUT/libvgpu.so"
-for bin in vgpu-smi vgpu-agent; do
-    built=$TARGET_DIR/$TRIPLE/release/$bin
-    [ -f "$built" ] || die "build produced no $built"
-    cp -f "$built" "$OUT/$bin.tmp"
-    mv -f "$OUT/$bin.tmp" "$OUT/$bin"
+for arch in "${ARCHES[@]}"; do
+    release_arch "$arch"
 done
-echo "$USED" > "$OUT/FLOOR"
-objdump -T "$OUT/libvgpu.so" | awk '$0 ~ / DF / && $0 !~ /\*UND\*/ {print $NF}' | sort -u > "$OUT/exports.txt"
-log "artifact: $OUT/libvgpu.so ($(stat -c %s "$OUT/libvgpu.so") bytes), glibc floor $USED"
-
-if ! check_artifact "$OUT/libvgpu.so" "$USED"; then
-    die "release artifact checks failed"
-fi
-if ! check_bin "$OUT/vgpu-smi" "$USED"; then
-    die "vgpu-smi artifact checks failed"
-fi
-if ! check_bin "$OUT/vgpu-agent" "$USED"; then
-    die "vgpu-agent artifact checks failed"
-fi
-if [ "$USED" != "$FLOOR" ]; then
-    loud "release artifact built for glibc $USED, NOT $FLOOR (see the fallback message above)"
-fi
-log "release artifact OK"
+log "release artifacts OK: ${ARCHES[*]}"

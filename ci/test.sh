@@ -18,11 +18,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 ci/check-docs.sh                 # product text: no development history, every quoted figure in docs/benchmarks.md
 ci/check-modgraph.py             # no import circle between modules (a parent with its own children excepted)
 cargo build --workspace --all-targets
-ci/release.sh                    # release artifact at the glibc floor, checked
+ci/release.sh                    # release artifacts (x86_64, aarch64) at the glibc floor, checked
 cargo test --workspace --no-fail-fast -- --test-threads=2
 # Every integration test again with the artifact we ship (two-stage, glibc 2.17) as the shim.
 VGPU_TEST_SHIM=target/release-floor/libvgpu.so cargo test -p libvgpu --tests --no-fail-fast -- --test-threads=2
 ci/oldglibc.sh                   # the shipped artifact in a Debian bullseye root (glibc 2.31, cached)
+ci/aarch64.sh test               # aarch64: unit + integration tests under qemu (cached Debian forky root)
 ci/gpu-validate.sh --dry-run     # the GPU validation flow, on the simulated GPU
-shellcheck ci/*.sh ci/stage1/*.sh .ci/run
+shellcheck ci/*.sh loader/*.sh .ci/run
 echo "ci/test.sh: all checks passed"

@@ -53,7 +53,7 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
 }
 
 /// The engine half of the two-stage release artifact (docs/design.md "Exec cost"): the preloaded
-/// first stage (`ci/stage1/stage1.c`) maps this library on the first CUDA/NVML touch and hands
+/// first stage (`loader/stage1.c`) maps this library on the first CUDA/NVML touch and hands
 /// over, before any hook runs, glibc's `dlsym` and a lookup made from the first stage's code.
 #[cfg(feature = "engine")]
 mod stage1 {
@@ -61,7 +61,7 @@ mod stage1 {
 
     pub type NextFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
 
-    /// Layout shared with `struct vgpu_stage1_api` in ci/stage1/stage1.c.
+    /// Layout shared with `struct vgpu_stage1_api` in loader/stage1.c.
     #[repr(C)]
     pub struct Stage1Api {
         /// `size_of::<Stage1Api>()` as the first stage knows it.

@@ -1,7 +1,8 @@
 //! Our `dlsym`: hands out hooks for hooked `cu*`/`nvml*` names, and otherwise IS glibc's `dlsym`.
 //!
 //! It is a naked function: it asks `decide` for a replacement and, if there is none, tail-jumps to
-//! the real `dlsym` with the application's return address still on the stack, because glibc
+//! the real `dlsym` with the application's return address where it found it (on the stack on
+//! x86_64, in the link register x30 on aarch64), because glibc
 //! resolves `RTLD_NEXT` and the `RTLD_DEFAULT` scope relative to the caller's address
 //! (docs/shim-notes.md §2). `decide` never allocates or locks unless the name is a hooked one.
 
@@ -40,6 +41,46 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         real = sym dl::VGPU_REAL_DLSYM,
     )
 }
+
+// aarch64: the caller's return address is in x30, which the tail jump must leave as it found it;
+// x0/x1 (the arguments) are restored from the frame before it.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "stp x29, x30, [sp, -32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, 16]",
+        // Third argument: the caller's return address (where glibc's RTLD_NEXT starts from).
+        "mov x2, x30",
+        "bl {decide}",
+        "mov x16, x0",
+        "ldp x0, x1, [sp, 16]",
+        "ldp x29, x30, [sp], 32",
+        "cbz x16, 2f",
+        "cmp x16, 1",
+        "b.eq 3f",
+        "mov x0, x16",
+        "ret",
+        "3:",
+        "mov x0, xzr",
+        "ret",
+        "2:",
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "br x16",
+        decide = sym decide,
+        real = sym dl::VGPU_REAL_DLSYM,
+    )
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "libvgpu supports x86_64 and aarch64 only: its `dlsym` export (src/dlsym_hook.rs) and the \
+     first stage's trampolines (loader/) are written per architecture, and without them `dlsym` \
+     interception would be silently lost"
+);
 
 /// Returns the hook to hand out, `RETURN_NULL`, or 0 to let the real `dlsym` answer.
 /// Must fill `VGPU_REAL_DLSYM` before returning 0. `caller`: the application's return address.

@@ -21,7 +21,8 @@ fn arg_default(dockerfile: &str, name: &str) -> String {
         .to_string()
 }
 
-/// (source, destination) of every COPY, with `${HAMI_VERSION}` expanded.
+/// (source, destination) of every COPY, with `${HAMI_VERSION}` expanded; every source is taken
+/// from the build platform's directory `${TARGETARCH}/` (the prefix is removed).
 fn copies(dockerfile: &str, version: &str) -> Vec<(String, String)> {
     dockerfile
         .lines()
@@ -29,7 +30,8 @@ fn copies(dockerfile: &str, version: &str) -> Vec<(String, String)> {
         .map(|r| {
             let parts: Vec<&str> = r.split_whitespace().collect();
             assert_eq!(parts.len(), 2, "COPY with one source: {r}");
-            (parts[0].to_string(), parts[1].replace("${HAMI_VERSION}", version))
+            let src = parts[0].strip_prefix("${TARGETARCH}/").unwrap_or_else(|| panic!("COPY not per platform: {r}"));
+            (src.to_string(), parts[1].replace("${HAMI_VERSION}", version))
         })
         .collect()
 }
@@ -88,10 +90,30 @@ fn dockerfile_docs_release_and_injection_agree() {
     assert!(df.contains("RUN test -f /k8s-vgpu/lib/nvidia/libvgpu.so.${HAMI_VERSION}"), "{df}");
     assert!(doc.contains(&format!("`{lib}`")) || doc.contains(&format!("**`{lib}`**")), "docs name {lib}");
 
-    // The COPY sources are the release script's artifacts.
+    // The COPY sources are the release script's artifacts, for each platform from its architecture's
+    // release directory.
+    assert!(df.lines().any(|l| l.trim() == "ARG TARGETARCH"), "{df}");
+    assert!(doc.contains("--platform linux/amd64,linux/arm64"), "docs build both platforms");
+    let shipped = release
+        .lines()
+        .find_map(|l| l.strip_prefix("SHIPPED_BINS=("))
+        .expect("ci/release.sh: SHIPPED_BINS=(...)")
+        .trim_end_matches(')')
+        .split_whitespace()
+        .collect::<Vec<_>>();
     for (src, _) in &cp {
-        assert!(release.contains(&format!("$OUT/{src}\"")), "ci/release.sh does not produce {src}");
-        assert!(doc.contains(&format!("target/release-floor/{src}")), "docs do not copy target/release-floor/{src}");
+        assert!(
+            src == "libvgpu.so" && release.contains("\"$out/libvgpu.so\"") || shipped.contains(&src.as_str()),
+            "ci/release.sh does not produce {src}"
+        );
+        for (dir, arch) in [("release-floor", "amd64"), ("release-floor-aarch64", "arm64")] {
+            let line = format!("target/{dir}/{src}");
+            assert!(
+                doc.lines()
+                    .any(|l| l.starts_with("cp ") && l.contains(&line) && l.ends_with(&format!(" deploy/{arch}/"))),
+                "docs do not copy {line} to deploy/{arch}/"
+            );
+        }
     }
 
     // Host and container paths: the ones the injection test reproduces.

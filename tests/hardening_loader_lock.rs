@@ -3,7 +3,7 @@
 //! loader lock, which the constructor's thread holds. Neither may wait for the other forever.
 //!
 //! Runs with the shim under test (in CI also the shipped artifact, `VGPU_TEST_SHIM`) and, when it
-//! exists, with `target/release-floor/libvgpu.so` itself (missing: FAIL under `CI`, else SKIP).
+//! exists, with `target/release-floor/libvgpu.so` itself (or `VGPU_RELEASE_SO`) (missing: FAIL unless `VGPU_ALLOW_NO_RELEASE=1`).
 
 mod common;
 
@@ -42,12 +42,6 @@ fn a_constructor_calling_cuda_while_another_thread_maps_the_engine_does_not_hang
 
 #[test]
 fn the_shipped_artifact_does_not_hang_on_the_loader_lock() {
-    let so = artifacts().root.join("target/release-floor/libvgpu.so");
-    if !so.exists() {
-        let msg = format!("release artifact {} missing: run ci/release.sh first", so.display());
-        assert!(std::env::var_os("CI").is_none(), "{msg}");
-        eprintln!("\n######## SKIP: {msg} ########");
-        return;
-    }
+    let Some(so) = release_artifact(&release_so()) else { return };
     check(&so);
 }

@@ -78,17 +78,22 @@ fn build_all() -> Artifacts {
     );
     let profile_dir = deps.parent().expect("deps has a parent").to_path_buf();
     let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("profile dir name").to_string();
-    let target_dir = profile_dir.parent().expect("profile dir has a parent").to_path_buf();
     let release = profile == "release";
 
     // 1. Nested cargo build of the cdylibs and simctl (cargo test does not build cdylib-only crates).
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from(env!("CARGO")));
     let mut cmd = Command::new(&cargo);
-    cmd.current_dir(&root)
-        .arg("build")
-        .args(["-p", "libvgpu", "-p", "vgpu-sim-cuda", "-p", "vgpu-sim-nvml", "-p", "vgpu-simctl"])
-        .arg("--target-dir")
-        .arg(&target_dir);
+    cmd.current_dir(&root).arg("build").args([
+        "-p",
+        "libvgpu",
+        "-p",
+        "vgpu-sim-cuda",
+        "-p",
+        "vgpu-sim-nvml",
+        "-p",
+        "vgpu-simctl",
+    ]);
+    nested_target(&mut cmd, &profile_dir, None);
     match profile.as_str() {
         "debug" => {}
         "release" => {
@@ -135,6 +140,55 @@ fn build_all() -> Artifacts {
         Artifacts { root, profile_dir, release, shim, simlib, bin, simctl, tmp_root, c_errors: BTreeMap::new() };
     a.c_errors = build_c(&a);
     a
+}
+
+/// A release artifact a test needs (`ci/release.sh` builds it under `target/release-floor*/`):
+/// returns it when it exists. Missing, the test fails, unless `VGPU_ALLOW_NO_RELEASE=1` opts out
+/// (then None, after a loud SKIP line): a check of what ships must not pass by not running.
+#[track_caller]
+pub fn release_artifact(path: &Path) -> Option<PathBuf> {
+    if path.exists() {
+        return Some(path.to_path_buf());
+    }
+    let msg = format!("release artifact {} missing: run ci/release.sh first", path.display());
+    if std::env::var("VGPU_ALLOW_NO_RELEASE").as_deref() == Ok("1") {
+        eprintln!("\n######## SKIP (VGPU_ALLOW_NO_RELEASE=1): {msg} ########\n");
+        return None;
+    }
+    panic!("{msg} (or set VGPU_ALLOW_NO_RELEASE=1 to skip the checks of the shipped artifact)");
+}
+
+/// The shipped `libvgpu.so` the release checks test: `VGPU_RELEASE_SO` (ci/aarch64.sh points it at
+/// `target/release-floor-aarch64/`), else `target/release-floor/libvgpu.so`.
+pub fn release_so() -> PathBuf {
+    match std::env::var_os("VGPU_RELEASE_SO").filter(|p| !p.is_empty()) {
+        Some(p) => artifacts().root.join(p),
+        None => artifacts().root.join("target/release-floor/libvgpu.so"),
+    }
+}
+
+/// Point a nested `cargo build` at the tests' own target directory, or at its sibling SUB, and at
+/// their target triple when they were built with `--target` (they then live in
+/// `<dir>/<triple>/<profile>`; a cross-built test run under emulation must not build for the
+/// host). Returns the directory whose `<profile>/` receives the outputs.
+fn nested_target(cmd: &mut Command, profile_dir: &Path, sub: Option<&str>) -> PathBuf {
+    let parent = profile_dir.parent().expect("profile dir has a parent");
+    let triple = parent.file_name().and_then(|n| n.to_str()).filter(|n| n.contains("-linux-")).map(str::to_string);
+    let (dir, out) = match (&triple, sub) {
+        (Some(t), Some(s)) => {
+            let d = parent.parent().expect("target dir").join(s);
+            let out = d.join(t);
+            (d, out)
+        }
+        (Some(_), None) => (parent.parent().expect("target dir").to_path_buf(), parent.to_path_buf()),
+        (None, Some(s)) => (parent.join(s), parent.join(s)),
+        (None, None) => (parent.to_path_buf(), parent.to_path_buf()),
+    };
+    cmd.arg("--target-dir").arg(&dir);
+    if let Some(t) = triple {
+        cmd.args(["--target", &t]);
+    }
+    out
 }
 
 /// Create/replace a symlink atomically (other test binaries may be doing the same).
@@ -385,13 +439,12 @@ pub fn fault_shim() -> PathBuf {
     let r = FAULT_SHIM.get_or_init(|| {
         let a = artifacts();
         let profile = a.profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_string();
-        let target_dir = a.profile_dir.parent().expect("profile dir has a parent").join("faults");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from(env!("CARGO")));
         let mut cmd = Command::new(&cargo);
         cmd.current_dir(&a.root)
-            .args(["build", "-p", "libvgpu", "--features", "fault-injection", "--target-dir"])
-            .arg(&target_dir)
+            .args(["build", "-p", "libvgpu", "--features", "fault-injection"])
             .env_remove("LD_PRELOAD");
+        let target_dir = nested_target(&mut cmd, &a.profile_dir, Some("faults"));
         match profile.as_str() {
             "debug" => {}
             "release" => {

@@ -111,7 +111,30 @@ pub fn proc_start_time(pid: i32) -> Option<u64> {
     if pid <= 0 {
         return None;
     }
-    proc_stat_start_time(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+    proc_stat_start_time(&read_proc_stat(pid)?)
+}
+
+/// `/proc/<pid>/stat`, opened relative to `/proc`: every process, the caller itself included,
+/// must read the kernel's start time. A user-mode emulator (qemu-user, how aarch64 images run on
+/// x86_64 hosts) answers an absolute path naming the caller itself with a start time of its own
+/// making, which differs from what other processes read and would mark the caller's slot as a
+/// recycled pid.
+fn read_proc_stat(pid: i32) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let proc = std::fs::File::open("/proc").ok()?;
+    let rel = std::ffi::CString::new(format!("{pid}/stat")).ok()?;
+    // SAFETY: `rel` is NUL-terminated and `proc` an open directory; the new descriptor is owned
+    // by the File below.
+    let fd = unsafe { libc::openat(proc.as_raw_fd(), rel.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut stat = Vec::with_capacity(512);
+    f.read_to_end(&mut stat).ok()?;
+    Some(stat)
 }
 
 /// Dead: pid ≤ 0, `kill(pid, 0) == ESRCH`, a zombie, or (when `start != 0` and `/proc` answers)
@@ -124,12 +147,12 @@ pub fn is_dead(pid: i32, start: u64) -> bool {
         return true;
     }
     // It exists (or belongs to another user: EPERM). Zombies still answer kill().
-    match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
+    match read_proc_stat(pid) {
+        Some(s) => {
             proc_stat_state(&s).is_some_and(|c| c == b'Z' || c == b'X')
                 || (start != 0 && proc_stat_start_time(&s).is_some_and(|t| t != start))
         }
-        Err(_) => false, // no /proc: trust kill()
+        None => false, // no /proc: trust kill()
     }
 }
 

@@ -819,9 +819,22 @@ pub fn pci_bus_for(i: usize) -> u32 {
     0x18 + 0x10 * i as u32
 }
 
-/// Field 22 (starttime) of /proc/<pid>/stat, and the state letter.
+/// Field 22 (starttime) of /proc/<pid>/stat, and the state letter. Opened relative to `/proc`, so
+/// that under qemu-user a process reads its own start time from the kernel, as every other
+/// process does (qemu answers an absolute path naming the caller itself with its own figure).
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{}/stat", pid)).ok()?;
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let proc = std::fs::File::open("/proc").ok()?;
+    let rel = CString::new(format!("{pid}/stat")).ok()?;
+    // SAFETY: `rel` is NUL-terminated, `proc` an open directory; the File below owns the result.
+    let fd = unsafe { libc::openat(proc.as_raw_fd(), rel.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut s = String::new();
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    unsafe { std::fs::File::from_raw_fd(fd) }.read_to_string(&mut s).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
     let mut it = rest.split_whitespace();
     let state = it.next()?.chars().next()?;

@@ -3,7 +3,7 @@
  * /etc/ld.so.preload maps libvgpu.so into every process of a GPU container; most never touch
  * CUDA or NVML. This object is what they pay for: a few pages, no constructor, no TLS, no
  * libdl/libpthread, a handful of relocations. It exports every hooked cu and nvml name as a
- * 32-byte trampoline (tramp.S, generated from the engine's exports by ci/stage1/build.sh) and
+ * 32-byte trampoline (tramp.S, generated from the engine's exports by loader/stage1gen.py) and
  * `dlsym`. The full engine (the Rust shim built with feature `engine`) travels inside this file in
  * the non-loaded section `.vgpu_engine`; the first call of a trampoline, or a `dlsym` of a hooked
  * name, copies it into a memfd, `dlopen`s it, hands it glibc's `dlsym` (vgpu_engine_attach) and
@@ -37,8 +37,8 @@
 
 #include "stage1_table.h" /* VGPU_NHOOKS, vgpu_names, vgpu_name_off (generated, sorted) */
 
-#if !defined(__x86_64__)
-#error "the first stage's trampolines are written for x86_64"
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "the first stage's entry points (tramp.S, vgpu_stage1_slow, dlsym) exist for x86_64 and aarch64 only"
 #endif
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -612,8 +612,12 @@ HIDDEN void *vgpu_stage1_dlsym_target(void *handle, const char *name) {
     return (void *)f;
 }
 
-/* Entry points. The trampolines (tramp.S) jump here with their index in r11. Argument registers
- * (including xmm0-7 and al) are preserved around the call; the stack is aligned to 16. */
+/* Entry points. The trampolines (tramp.S) jump to vgpu_stage1_slow with their index in a scratch
+ * register (r11 / x17). Every argument register is preserved around the call to
+ * vgpu_stage1_resolve, which picks the target; the stack stays aligned to 16. dlsym asks
+ * vgpu_stage1_dlsym_target, then tail-jumps with the application's return address intact
+ * (glibc resolves RTLD_NEXT relative to it): on the stack on x86_64, in x30 on aarch64. */
+#if defined(__x86_64__)
 __asm__(".text\n"
         ".globl vgpu_stage1_slow\n"
         ".hidden vgpu_stage1_slow\n"
@@ -672,3 +676,49 @@ __asm__(".text\n"
         "  pop %rdi\n"
         "  jmp *%rax\n"
         ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+/* Arguments: x0-x7, x8 (indirect result), q0-q7. x29/x30 form the frame record. */
+__asm__(".text\n"
+        ".globl vgpu_stage1_slow\n"
+        ".hidden vgpu_stage1_slow\n"
+        ".type vgpu_stage1_slow,%function\n"
+        "vgpu_stage1_slow:\n"
+        "  stp x29, x30, [sp, #-224]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  stp x2, x3, [sp, #32]\n"
+        "  stp x4, x5, [sp, #48]\n"
+        "  stp x6, x7, [sp, #64]\n"
+        "  str x8, [sp, #80]\n"
+        "  stp q0, q1, [sp, #96]\n"
+        "  stp q2, q3, [sp, #128]\n"
+        "  stp q4, q5, [sp, #160]\n"
+        "  stp q6, q7, [sp, #192]\n"
+        "  mov w0, w17\n"
+        "  bl vgpu_stage1_resolve\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x2, x3, [sp, #32]\n"
+        "  ldp x4, x5, [sp, #48]\n"
+        "  ldp x6, x7, [sp, #64]\n"
+        "  ldr x8, [sp, #80]\n"
+        "  ldp q0, q1, [sp, #96]\n"
+        "  ldp q2, q3, [sp, #128]\n"
+        "  ldp q4, q5, [sp, #160]\n"
+        "  ldp q6, q7, [sp, #192]\n"
+        "  ldp x29, x30, [sp], #224\n"
+        "  br x16\n"
+        ".size vgpu_stage1_slow, .-vgpu_stage1_slow\n"
+        ".globl dlsym\n"
+        ".type dlsym,%function\n"
+        "dlsym:\n"
+        "  stp x29, x30, [sp, #-32]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  bl vgpu_stage1_dlsym_target\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x29, x30, [sp], #32\n"
+        "  br x16\n"
+        ".size dlsym, .-dlsym\n");
+#endif
