@@ -120,6 +120,8 @@ if [ "$FIRST" -gt 0 ] && [ -f "$FLOOR" ] && [ -f "$TARGET_DIR/release/libcuda.so
     fv=(none=-)
     [ -f "$NATIVE" ] && fv+=("shim-native=$NATIVE")
     fv+=("shim-floor=$FLOOR")
+    # --extra preloads (an older artifact, say) take the first-touch measurement too.
+    for e in "${EXTRA[@]}"; do fv+=("$e"); done
     fout=$(VGPU_SIM_STATE=$STATE/sim CUDA_DEVICE_MEMORY_SHARED_CACHE=$STATE/region LD_LIBRARY_PATH=$SIMLIB \
         "$WORK/first_cuinit" "$FIRST" "${fv[@]}")
     echo
