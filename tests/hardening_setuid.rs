@@ -32,7 +32,11 @@ fn a_setuid_program_takes_no_path_from_the_environment_and_acts_as_its_caller() 
     let sb = Sandbox::new("setuid");
     let script = r#"
         set -e
-        mount -t tmpfs tmpfs /tmp
+        # A fresh /tmp that still reaches the test's own files when the checkout lies under /tmp.
+        . "$ROOT/tests/py/ns_mounts.sh"
+        private_tmp mode=1777 "$ROOT" "$PROG" "$PWD"
+        KEEP=""
+        case $ROOT in /tmp/?*) rest=${ROOT#/tmp/}; KEEP=/tmp/${rest%%/*} ;; esac
         mount -t tmpfs tmpfs /dev/shm
         mkdir -m 0700 secret
         : > secret/empty.cache
@@ -50,7 +54,7 @@ fn a_setuid_program_takes_no_path_from_the_environment_and_acts_as_its_caller() 
         wait
         echo "samples=$(ls -A /tmp | grep -c '^host-gpu.samples$')"
         echo "secret=$(ls -A secret | tr '\n' ' ')"
-        echo "owners=$(stat -c '%u' /tmp/* /tmp/.[!.]* /dev/shm/* 2>/dev/null | sort -u | tr '\n' ' ')"
+        echo "owners=$(find /tmp /dev/shm -mindepth 1 -maxdepth 1 ! -path "${KEEP:-/nonexistent}" -printf '%U\n' | sort -u | tr '\n' ' ')"
         # 2. An existing empty file that only root may write to.
         run CUDA_DEVICE_MEMORY_SHARED_CACHE="$PWD/secret/empty.cache" > two.out 2> two.err
         echo "empty_size=$(stat -c %s secret/empty.cache)"
@@ -70,6 +74,7 @@ fn a_setuid_program_takes_no_path_from_the_environment_and_acts_as_its_caller() 
         .args(["-m", "-p", "-f", "--mount-proc", "/bin/sh", "-c", script])
         .env_remove("CUDA_DEVICE_MEMORY_SHARED_CACHE")
         .env("PROG", &prog)
+        .env("ROOT", env!("CARGO_MANIFEST_DIR"))
         .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")
         .timeout_secs(60)
         .go();
