@@ -114,25 +114,44 @@ pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice
 /// A created context: charged by handle, uncharged at destroy.
 fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate::compute::CtxSnapshot>) -> CUresult {
     crate::compute::ctx_created(dev, snap, r);
-    if r == CUDA_SUCCESS && !pctx.is_null() {
-        let st = state::get();
-        let Ok(bytes) = charge_context(dev) else {
-            // Undo the creation: the context does not fit under the limit.
-            if let Some(destroy) = crate::driver::cuCtxDestroy_v2() {
-                unsafe { destroy(*pctx) };
-            }
-            unsafe { *pctx = std::ptr::null_mut() };
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        };
-        let rec = vgpu_core::ledger::AllocRecord {
-            dev: st.region_index(dev),
-            bytes,
-            kind: vgpu_core::region::UsageKind::Context,
-            owner: 0,
-        };
-        st.handles.insert(unsafe { *pctx } as u64, rec);
+    if r != CUDA_SUCCESS || pctx.is_null() {
+        return r;
     }
-    r
+    // SAFETY: `pctx` is the application's non-null out-pointer, just filled by the driver.
+    unsafe {
+        book_created(pctx, dev, |c| {
+            if let Some(destroy) = crate::driver::cuCtxDestroy_v2() {
+                destroy(c);
+            }
+        })
+    }
+}
+
+/// Charge a context (created or green) just written to `*p` on `dev` and book it by handle, so its
+/// destroy gives the charge back; one that does not fit under the limit is destroyed again with
+/// `undo`, `*p` cleared, and the creation fails with `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// # Safety
+/// `p` is non-null and points at the handle the driver just created.
+unsafe fn book_created<T>(p: *mut *mut T, dev: CUdevice, undo: impl FnOnce(*mut T)) -> CUresult {
+    let st = state::get();
+    let Ok(bytes) = charge_context(dev) else {
+        // SAFETY: the caller's contract: `p` is valid and holds the new handle.
+        unsafe {
+            undo(*p);
+            *p = std::ptr::null_mut();
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let rec = vgpu_core::ledger::AllocRecord {
+        dev: st.region_index(dev),
+        bytes,
+        kind: vgpu_core::region::UsageKind::Context,
+        owner: 0,
+    };
+    // SAFETY: as above.
+    st.handles.insert(unsafe { *p } as u64, rec);
+    CUDA_SUCCESS
 }
 
 pub unsafe fn ctx_create_v2(real: pfn::cuCtxCreate_v2, pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
@@ -196,23 +215,14 @@ pub unsafe fn green_ctx_create(
     if r != CUDA_SUCCESS || pctx.is_null() {
         return r;
     }
-    let st = state::get();
-    let Ok(bytes) = charge_context(dev) else {
-        // Undo the creation: the green context does not fit under the limit.
-        if let Some(destroy) = crate::driver::cuGreenCtxDestroy() {
-            unsafe { destroy(*pctx) };
-        }
-        unsafe { *pctx = std::ptr::null_mut() };
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    };
-    let rec = vgpu_core::ledger::AllocRecord {
-        dev: st.region_index(dev),
-        bytes,
-        kind: vgpu_core::region::UsageKind::Context,
-        owner: 0,
-    };
-    st.handles.insert(unsafe { *pctx } as u64, rec);
-    r
+    // SAFETY: `pctx` is the application's non-null out-pointer, just filled by the driver.
+    unsafe {
+        book_created(pctx, dev, |g| {
+            if let Some(destroy) = crate::driver::cuGreenCtxDestroy() {
+                destroy(g);
+            }
+        })
+    }
 }
 
 pub unsafe fn green_ctx_destroy(real: pfn::cuGreenCtxDestroy, g: CUgreenCtx) -> CUresult {
