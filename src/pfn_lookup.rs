@@ -12,8 +12,8 @@ const PER_THREAD: u64 = 2;
 
 /// The rows of `name` (the table is sorted by name).
 fn rows_of(name: &[u8]) -> &'static [PfnRow] {
-    let start = PFN_ROWS.partition_point(|r| r.name.as_bytes() < name);
-    let end = start + PFN_ROWS[start..].partition_point(|r| r.name.as_bytes() == name);
+    let start = PFN_ROWS.partition_point(|r| r.name().as_bytes() < name);
+    let end = start + PFN_ROWS[start..].partition_point(|r| r.name().as_bytes() == name);
     &PFN_ROWS[start..end]
 }
 
@@ -32,11 +32,11 @@ pub fn symbol_for(name: &[u8], version: i32, driver: i32, flags: u64) -> Option<
     };
     let default = newest(false)?;
     if flags & PER_THREAD == 0 {
-        return Some(default.symbol);
+        return Some(default.symbol());
     }
     match newest(true) {
-        None => Some(default.symbol),
-        Some(pt) if pt.version >= default.version => Some(pt.symbol),
+        None => Some(default.symbol()),
+        Some(pt) if pt.version >= default.version => Some(pt.symbol()),
         Some(_) => None,
     }
 }

@@ -409,9 +409,9 @@ fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
     let mut n = 0;
     let mut checked = BTreeSet::new();
     let mut only_13 = Vec::new();
-    for r in PFN_ROWS.iter().filter(|r| ours.contains(r.symbol)) {
+    for r in PFN_ROWS.iter().filter(|r| ours.contains(r.symbol())) {
         // The one row that is no typedef: cuGraphInstantiate @ 12000 (cuda.h's renaming).
-        if r.name == "cuGraphInstantiate" && r.symbol == "cuGraphInstantiateWithFlags" {
+        if r.name() == "cuGraphInstantiate" && r.symbol() == "cuGraphInstantiateWithFlags" {
             continue;
         }
         if r.headers & IN_12_9 == 0 {
@@ -422,11 +422,11 @@ fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
         let _ = writeln!(
             src,
             "_Static_assert(__builtin_types_compatible_p(__typeof__(&{s}), PFN_{n}_v{v}{suffix}), \"{s} is not PFN_{n}_v{v}{suffix}\");",
-            s = r.symbol,
-            n = r.name,
+            s = r.symbol(),
+            n = r.name(),
             v = r.version
         );
-        checked.insert(r.symbol);
+        checked.insert(r.symbol());
         n += 1;
     }
     let c = dir.join("pfn_thresholds.c");
@@ -458,16 +458,16 @@ fn declared_symbols_have_the_pfn_types_of_their_thresholds() {
     let header = std::fs::read_to_string(include_dir().join("vgpu_cuda.h")).unwrap();
     for r in &only_13 {
         let at = header
-            .find(&format!("CUDAAPI {}(", r.symbol))
-            .unwrap_or_else(|| panic!("no prototype of {} in include/vgpu_cuda.h", r.symbol));
+            .find(&format!("CUDAAPI {}(", r.symbol()))
+            .unwrap_or_else(|| panic!("no prototype of {} in include/vgpu_cuda.h", r.symbol()));
         let start = header[..at].rfind('\n').map_or(0, |i| i + 1);
         let end = at + header[at..].find(';').unwrap() + 1;
         protos.push((
             header[start..end].to_string(),
-            r.symbol,
-            format!("PFN_{}_v{}{}", r.name, r.version, pfn_suffix(r.per_thread)),
+            r.symbol(),
+            format!("PFN_{}_v{}{}", r.name(), r.version, pfn_suffix(r.per_thread)),
         ));
-        checked.insert(r.symbol);
+        checked.insert(r.symbol());
     }
     let inc13 = nvidia13_include();
     let mut src13 =

@@ -32,7 +32,7 @@ fn flags(r: &PfnRow) -> u64 {
 }
 
 fn key(r: &PfnRow) -> (String, u32, u64) {
-    (r.name.to_string(), r.version, flags(r))
+    (r.name().to_string(), r.version, flags(r))
 }
 
 fn defined_symbols(lib: &Path) -> BTreeSet<String> {
@@ -77,7 +77,7 @@ fn rows_file(sb: &Sandbox) -> (std::path::PathBuf, usize) {
     // Each threshold at its own flags, and every default one with the per-thread flag as well
     // (clients ask that of names with no per-thread variant too).
     for r in PFN_ROWS {
-        for k in [key(r), (r.name.to_string(), r.version, 2)] {
+        for k in [key(r), (r.name().to_string(), r.version, 2)] {
             if seen.insert(k.clone()) {
                 text.push_str(&format!("{} {} {}\n", k.0, k.1, k.2));
             }
@@ -111,11 +111,11 @@ fn walk_at(driver: &str) {
     for r in PFN_ROWS {
         let k = key(r);
         let b = &bare[&k];
-        if r.version <= driver_ver && sim_syms.contains(r.symbol) && (b.rc != 0 || b.sym != r.symbol) {
-            bad.push(format!("{k:?}: driver returned {b:?}, expected {}", r.symbol));
+        if r.version <= driver_ver && sim_syms.contains(r.symbol()) && (b.rc != 0 || b.sym != r.symbol()) {
+            bad.push(format!("{k:?}: driver returned {b:?}, expected {}", r.symbol()));
         }
-        if r.version > driver_ver && b.rc == 0 && b.sym == r.symbol {
-            bad.push(format!("{k:?}: a {driver} driver handed out the newer ABI {}", r.symbol));
+        if r.version > driver_ver && b.rc == 0 && b.sym == r.symbol() {
+            bad.push(format!("{k:?}: a {driver} driver handed out the newer ABI {}", r.symbol()));
         }
     }
     // The shim: the driver's answer, with a wrapped symbol replaced by our export of it.
@@ -150,7 +150,7 @@ fn walk_at(driver: &str) {
     let unreachable: Vec<&String> = wrapped
         .iter()
         .filter(|w| w.starts_with("cu") && sim_syms.contains(*w) && !handed_out.contains(*w))
-        .filter(|w| PFN_ROWS.iter().any(|r| r.symbol == w.as_str() && r.version <= driver_ver))
+        .filter(|w| PFN_ROWS.iter().any(|r| r.symbol() == w.as_str() && r.version <= driver_ver))
         .collect();
     assert!(unreachable.is_empty(), "driver {driver}: wrapped but never handed out: {unreachable:?}");
     assert!(n_wrapped > 50 && n_forwarded > 100, "wrapped {n_wrapped}, forwarded {n_forwarded}");

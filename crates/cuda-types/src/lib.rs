@@ -43,7 +43,7 @@ pub const fn is_pfn_symbol(symbol: &str) -> bool {
     let rows = pfn_table::PFN_ROWS;
     let mut i = 0;
     while i < rows.len() {
-        if str_eq(rows[i].symbol, symbol) {
+        if str_eq(rows[i].symbol(), symbol) {
             return true;
         }
         i += 1;

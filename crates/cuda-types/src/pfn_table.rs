@@ -11,15 +11,45 @@ pub enum PerThread {
 }
 
 /// One `PFN_<name>_v<version>` of NVIDIA's headers: the ABI `cuGetProcAddress(name, v, flags)`
-/// hands out for `version <= v <` the name's next threshold, and the symbol that has it.
-#[derive(Clone, Copy, Debug)]
+/// hands out for `version <= v <` the name's next threshold, and the symbol that has it. The
+/// name and the symbol are slices of [`SYMBOLS`] (the name is a prefix of the symbol): the table
+/// holds no pointer, so loading the library relocates none of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PfnRow {
-    pub name: &'static str,
+    at: u16,
+    len: u8,
+    name_len: u8,
     pub version: u32,
     pub per_thread: PerThread,
-    pub symbol: &'static str,
     /// Headers that list the row: bit 0 CUDA 12.9, bit 1 CUDA 13.x.
     pub headers: u8,
+}
+
+impl PfnRow {
+    /// The function's name, as `cuGetProcAddress` is asked for it.
+    pub const fn name(&self) -> &'static str {
+        slice(self.at, self.name_len)
+    }
+
+    /// The exported symbol with this row's ABI.
+    pub const fn symbol(&self) -> &'static str {
+        slice(self.at, self.len)
+    }
+}
+
+impl core::fmt::Debug for PfnRow {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}@{}{:?}={} ({})", self.name(), self.version, self.per_thread, self.symbol(), self.headers)
+    }
+}
+
+const fn slice(at: u16, len: u8) -> &'static str {
+    let (_, tail) = SYMBOLS.as_bytes().split_at(at as usize);
+    let (s, _) = tail.split_at(len as usize);
+    match core::str::from_utf8(s) {
+        Ok(s) => s,
+        Err(_) => panic!("pfn_table: a slice of SYMBOLS is not UTF-8"),
+    }
 }
 
 pub const IN_12_9: u8 = 1;
@@ -28,731 +58,918 @@ pub const IN_13: u8 = 2;
 /// `CUDA_VERSION` of the newest headers read: thresholds above it are unknown to the table.
 pub const HEADERS_VERSION: u32 = 13050;
 
+/// Every row's symbol, each once, back to back.
+pub const SYMBOLS: &str = concat!(
+    "cuArray3DCreatecuArray3DCreate_v2cuArray3DGetDescriptorcuArray3DGetDescriptor_v2cuArrayCreate",
+    "cuArrayCreate_v2cuArrayDestroycuArrayGetDescriptorcuArrayGetDescriptor_v2",
+    "cuArrayGetMemoryRequirementscuArrayGetPlanecuArrayGetSparseProperties",
+    "cuCheckpointOperationCompletecuCheckpointProcessCheckpointcuCheckpointProcessGetRestoreThreadId",
+    "cuCheckpointProcessGetStatecuCheckpointProcessLockcuCheckpointProcessRestore",
+    "cuCheckpointProcessUnlockcuCoredumpDeregisterCompleteCallbackcuCoredumpDeregisterStartCallback",
+    "cuCoredumpGetAttributecuCoredumpGetAttributeGlobalcuCoredumpRegisterCompleteCallback",
+    "cuCoredumpRegisterStartCallbackcuCoredumpSetAttributecuCoredumpSetAttributeGlobalcuCtxAttach",
+    "cuCtxCreatecuCtxCreate_v2cuCtxCreate_v3cuCtxCreate_v4cuCtxDestroycuCtxDestroy_v2cuCtxDetach",
+    "cuCtxDisablePeerAccesscuCtxEnablePeerAccesscuCtxFromGreenCtxcuCtxGetApiVersion",
+    "cuCtxGetCacheConfigcuCtxGetCurrentcuCtxGetDevResourcecuCtxGetDevicecuCtxGetDevice_v2",
+    "cuCtxGetExecAffinitycuCtxGetFlagscuCtxGetIdcuCtxGetLimitcuCtxGetSharedMemConfig",
+    "cuCtxGetStreamPriorityRangecuCtxPopCurrentcuCtxPopCurrent_v2cuCtxPushCurrentcuCtxPushCurrent_v2",
+    "cuCtxRecordEventcuCtxResetPersistingL2CachecuCtxSetCacheConfigcuCtxSetCurrentcuCtxSetFlags",
+    "cuCtxSetLimitcuCtxSetSharedMemConfigcuCtxSynchronizecuCtxSynchronize_v2cuCtxWaitEvent",
+    "cuDestroyExternalMemorycuDestroyExternalSemaphorecuDevResourceGenerateDesccuDevSmResourceSplit",
+    "cuDevSmResourceSplitByCountcuDeviceCanAccessPeercuDeviceComputeCapabilitycuDeviceGet",
+    "cuDeviceGetAttributecuDeviceGetByPCIBusIdcuDeviceGetCliqueCountcuDeviceGetCliqueInfo",
+    "cuDeviceGetCountcuDeviceGetDefaultMemPoolcuDeviceGetDevResourcecuDeviceGetExecAffinitySupport",
+    "cuDeviceGetFabricClusterUuidcuDeviceGetGraphMemAttributecuDeviceGetHostAtomicCapabilities",
+    "cuDeviceGetLuidcuDeviceGetMemPoolcuDeviceGetNamecuDeviceGetNvSciSyncAttributes",
+    "cuDeviceGetP2PAtomicCapabilitiescuDeviceGetP2PAttributecuDeviceGetPCIBusIdcuDeviceGetProperties",
+    "cuDeviceGetTexture1DLinearMaxWidthcuDeviceGetUuidcuDeviceGetUuid_v2cuDeviceGraphMemTrim",
+    "cuDevicePrimaryCtxGetStatecuDevicePrimaryCtxReleasecuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxResetcuDevicePrimaryCtxReset_v2cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxSetFlagscuDevicePrimaryCtxSetFlags_v2cuDeviceRegisterAsyncNotification",
+    "cuDeviceSetGraphMemAttributecuDeviceSetMemPoolcuDeviceTotalMemcuDeviceTotalMem_v2",
+    "cuDeviceUnregisterAsyncNotificationcuDriverGetVersioncuEGLStreamConsumerAcquireFrame",
+    "cuEGLStreamConsumerConnectcuEGLStreamConsumerConnectWithFlagscuEGLStreamConsumerDisconnect",
+    "cuEGLStreamConsumerReleaseFramecuEGLStreamProducerConnectcuEGLStreamProducerDisconnect",
+    "cuEGLStreamProducerPresentFramecuEGLStreamProducerReturnFramecuEventCreate",
+    "cuEventCreateFromEGLSynccuEventDestroycuEventDestroy_v2cuEventElapsedTimecuEventElapsedTime_v2",
+    "cuEventQuerycuEventRecordcuEventRecord_ptszcuEventRecordWithFlagscuEventRecordWithFlags_ptsz",
+    "cuEventSynchronizecuExternalMemoryGetMappedBuffercuExternalMemoryGetMappedMipmappedArray",
+    "cuFabricCpyBatchAsynccuFabricCpyBatchAsync_ptszcuFlushGPUDirectRDMAWritescuFuncGetAttribute",
+    "cuFuncGetModulecuFuncGetNamecuFuncGetParamCountcuFuncGetParamInfocuFuncIsLoadedcuFuncLoad",
+    "cuFuncSetAttributecuFuncSetBlockShapecuFuncSetCacheConfigcuFuncSetSharedMemConfig",
+    "cuFuncSetSharedSizecuGLCtxCreatecuGLCtxCreate_v2cuGLGetDevicescuGLGetDevices_v2cuGLInit",
+    "cuGLMapBufferObjectcuGLMapBufferObject_v2cuGLMapBufferObject_v2_ptdscuGLMapBufferObjectAsync",
+    "cuGLMapBufferObjectAsync_v2cuGLMapBufferObjectAsync_v2_ptszcuGLRegisterBufferObject",
+    "cuGLSetBufferObjectMapFlagscuGLUnmapBufferObjectcuGLUnmapBufferObjectAsync",
+    "cuGLUnregisterBufferObjectcuGetErrorNamecuGetErrorStringcuGetExportTablecuGetProcAddress",
+    "cuGetProcAddress_v2cuGraphAddBatchMemOpNodecuGraphAddChildGraphNodecuGraphAddDependencies",
+    "cuGraphAddDependencies_v2cuGraphAddEmptyNodecuGraphAddEventRecordNodecuGraphAddEventWaitNode",
+    "cuGraphAddExternalSemaphoresSignalNodecuGraphAddExternalSemaphoresWaitNodecuGraphAddHostNode",
+    "cuGraphAddKernelNodecuGraphAddKernelNode_v2cuGraphAddMemAllocNodecuGraphAddMemFreeNode",
+    "cuGraphAddMemcpyNodecuGraphAddMemsetNodecuGraphAddNodecuGraphAddNode_v2cuGraphAddNode_v3",
+    "cuGraphBatchMemOpNodeGetParamscuGraphBatchMemOpNodeSetParamscuGraphChildGraphNodeGetGraph",
+    "cuGraphClonecuGraphConditionalHandleCreatecuGraphCreatecuGraphDebugDotPrintcuGraphDestroy",
+    "cuGraphDestroyNodecuGraphEventRecordNodeGetEventcuGraphEventRecordNodeSetEvent",
+    "cuGraphEventWaitNodeGetEventcuGraphEventWaitNodeSetEventcuGraphExecBatchMemOpNodeSetParams",
+    "cuGraphExecChildGraphNodeSetParamscuGraphExecDestroycuGraphExecEventRecordNodeSetEvent",
+    "cuGraphExecEventWaitNodeSetEventcuGraphExecExternalSemaphoresSignalNodeSetParams",
+    "cuGraphExecExternalSemaphoresWaitNodeSetParamscuGraphExecGetFlagscuGraphExecGetId",
+    "cuGraphExecHostNodeSetParamscuGraphExecKernelNodeSetParamscuGraphExecKernelNodeSetParams_v2",
+    "cuGraphExecMemcpyNodeSetParamscuGraphExecMemsetNodeSetParamscuGraphExecNodeSetParams",
+    "cuGraphExecUpdatecuGraphExecUpdate_v2cuGraphExternalSemaphoresSignalNodeGetParams",
+    "cuGraphExternalSemaphoresSignalNodeSetParamscuGraphExternalSemaphoresWaitNodeGetParams",
+    "cuGraphExternalSemaphoresWaitNodeSetParamscuGraphGetEdgescuGraphGetEdges_v2cuGraphGetId",
+    "cuGraphGetNodescuGraphGetRootNodescuGraphHostNodeGetParamscuGraphHostNodeSetParams",
+    "cuGraphInstantiatecuGraphInstantiate_v2cuGraphInstantiateWithFlagscuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams_ptszcuGraphKernelNodeCopyAttributescuGraphKernelNodeGetAttribute",
+    "cuGraphKernelNodeGetParamscuGraphKernelNodeGetParams_v2cuGraphKernelNodeSetAttribute",
+    "cuGraphKernelNodeSetParamscuGraphKernelNodeSetParams_v2cuGraphLaunchcuGraphLaunch_ptsz",
+    "cuGraphMemAllocNodeGetParamscuGraphMemFreeNodeGetParamscuGraphMemcpyNodeGetParams",
+    "cuGraphMemcpyNodeSetParamscuGraphMemsetNodeGetParamscuGraphMemsetNodeSetParams",
+    "cuGraphNodeFindInClonecuGraphNodeGetContainingGraphcuGraphNodeGetDependencies",
+    "cuGraphNodeGetDependencies_v2cuGraphNodeGetDependentNodescuGraphNodeGetDependentNodes_v2",
+    "cuGraphNodeGetEnabledcuGraphNodeGetLocalIdcuGraphNodeGetParamscuGraphNodeGetToolsId",
+    "cuGraphNodeGetTypecuGraphNodeSetEnabledcuGraphNodeSetParamscuGraphNodeSetParams_v2",
+    "cuGraphReleaseUserObjectcuGraphRemoveDependenciescuGraphRemoveDependencies_v2",
+    "cuGraphRetainUserObjectcuGraphUploadcuGraphUpload_ptszcuGraphicsEGLRegisterImage",
+    "cuGraphicsGLRegisterBuffercuGraphicsGLRegisterImagecuGraphicsMapResources",
+    "cuGraphicsMapResources_ptszcuGraphicsResourceGetMappedEglFrame",
+    "cuGraphicsResourceGetMappedMipmappedArraycuGraphicsResourceGetMappedPointer",
+    "cuGraphicsResourceGetMappedPointer_v2cuGraphicsResourceSetMapFlags",
+    "cuGraphicsResourceSetMapFlags_v2cuGraphicsSubResourceGetMappedArraycuGraphicsUnmapResources",
+    "cuGraphicsUnmapResources_ptszcuGraphicsUnregisterResourcecuGraphicsVDPAURegisterOutputSurface",
+    "cuGraphicsVDPAURegisterVideoSurfacecuGreenCtxCreatecuGreenCtxDestroycuGreenCtxGetDevResource",
+    "cuGreenCtxGetIdcuGreenCtxRecordEventcuGreenCtxStreamCreatecuGreenCtxWaitEvent",
+    "cuImportExternalMemorycuImportExternalSemaphorecuInitcuIpcCloseMemHandlecuIpcGetEventHandle",
+    "cuIpcGetMemHandlecuIpcOpenEventHandlecuIpcOpenMemHandlecuIpcOpenMemHandle_v2cuKernelGetAttribute",
+    "cuKernelGetFunctioncuKernelGetLibrarycuKernelGetNamecuKernelGetParamCountcuKernelGetParamInfo",
+    "cuKernelSetAttributecuKernelSetCacheConfigcuLaunchcuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel_ptszcuLaunchCooperativeKernelMultiDevicecuLaunchGridcuLaunchGridAsync",
+    "cuLaunchHostFunccuLaunchHostFunc_ptszcuLaunchHostFunc_v2cuLaunchHostFunc_v2_ptszcuLaunchKernel",
+    "cuLaunchKernel_ptszcuLaunchKernelExcuLaunchKernelEx_ptszcuLibraryEnumerateKernels",
+    "cuLibraryGetGlobalcuLibraryGetKernelcuLibraryGetKernelCountcuLibraryGetManagedcuLibraryGetModule",
+    "cuLibraryGetUnifiedFunctioncuLibraryLoadDatacuLibraryLoadFromFilecuLibraryUnloadcuLinkAddData",
+    "cuLinkAddData_v2cuLinkAddFilecuLinkAddFile_v2cuLinkCompletecuLinkCreatecuLinkCreate_v2",
+    "cuLinkDestroycuLogicalEndpointAddDevicecuLogicalEndpointBindAddrcuLogicalEndpointBindMem",
+    "cuLogicalEndpointCreatecuLogicalEndpointDestroycuLogicalEndpointExportcuLogicalEndpointGetLimits",
+    "cuLogicalEndpointIdReleasecuLogicalEndpointIdReservecuLogicalEndpointImport",
+    "cuLogicalEndpointQuerycuLogicalEndpointUnbindcuLogsCurrentcuLogsDumpToFilecuLogsDumpToMemory",
+    "cuLogsRegisterCallbackcuLogsUnregisterCallbackcuMemAddressFreecuMemAddressReservecuMemAdvise",
+    "cuMemAdvise_v2cuMemAlloccuMemAlloc_v2cuMemAllocAsynccuMemAllocAsync_ptszcuMemAllocFromPoolAsync",
+    "cuMemAllocFromPoolAsync_ptszcuMemAllocHostcuMemAllocHost_v2cuMemAllocManagedcuMemAllocPitch",
+    "cuMemAllocPitch_v2cuMemBatchDecompressAsynccuMemBatchDecompressAsync_ptszcuMemCreate",
+    "cuMemDiscardAndPrefetchBatchAsynccuMemDiscardAndPrefetchBatchAsync_ptszcuMemDiscardBatchAsync",
+    "cuMemDiscardBatchAsync_ptszcuMemExportToShareableHandlecuMemFreecuMemFree_v2cuMemFreeAsync",
+    "cuMemFreeAsync_ptszcuMemFreeHostcuMemGetAccesscuMemGetAddressRangecuMemGetAddressRange_v2",
+    "cuMemGetAllocationGranularitycuMemGetAllocationPropertiesFromHandlecuMemGetDefaultMemPool",
+    "cuMemGetHandleForAddressRangecuMemGetInfocuMemGetInfo_v2cuMemGetLocationInfocuMemGetMemPool",
+    "cuMemHostAlloccuMemHostGetDevicePointercuMemHostGetDevicePointer_v2cuMemHostGetFlags",
+    "cuMemHostRegistercuMemHostRegister_v2cuMemHostUnregistercuMemImportFromShareableHandlecuMemMap",
+    "cuMemMapArrayAsynccuMemMapArrayAsync_ptszcuMemPoolCreatecuMemPoolDestroycuMemPoolExportPointer",
+    "cuMemPoolExportToShareableHandlecuMemPoolGetAccesscuMemPoolGetAttribute",
+    "cuMemPoolImportFromShareableHandlecuMemPoolImportPointercuMemPoolSetAccesscuMemPoolSetAttribute",
+    "cuMemPoolTrimTocuMemPrefetchAsynccuMemPrefetchAsync_ptszcuMemPrefetchAsync_v2",
+    "cuMemPrefetchAsync_v2_ptszcuMemPrefetchBatchAsynccuMemPrefetchBatchAsync_ptsz",
+    "cuMemRangeGetAttributecuMemRangeGetAttributescuMemReleasecuMemRetainAllocationHandle",
+    "cuMemSetAccesscuMemSetMemPoolcuMemUnmapcuMemcpycuMemcpy_ptdscuMemcpy2DcuMemcpy2D_v2",
+    "cuMemcpy2D_v2_ptdscuMemcpy2DAsynccuMemcpy2DAsync_v2cuMemcpy2DAsync_v2_ptszcuMemcpy2DUnaligned",
+    "cuMemcpy2DUnaligned_v2cuMemcpy2DUnaligned_v2_ptdscuMemcpy3DcuMemcpy3D_v2cuMemcpy3D_v2_ptds",
+    "cuMemcpy3DAsynccuMemcpy3DAsync_v2cuMemcpy3DAsync_v2_ptszcuMemcpy3DBatchAsync",
+    "cuMemcpy3DBatchAsync_ptszcuMemcpy3DBatchAsync_v2cuMemcpy3DBatchAsync_v2_ptszcuMemcpy3DPeer",
+    "cuMemcpy3DPeer_ptdscuMemcpy3DPeerAsynccuMemcpy3DPeerAsync_ptszcuMemcpy3DWithAttributesAsync",
+    "cuMemcpy3DWithAttributesAsync_ptszcuMemcpyAsynccuMemcpyAsync_ptszcuMemcpyAtoAcuMemcpyAtoA_v2",
+    "cuMemcpyAtoA_v2_ptdscuMemcpyAtoDcuMemcpyAtoD_v2cuMemcpyAtoD_v2_ptdscuMemcpyAtoHcuMemcpyAtoH_v2",
+    "cuMemcpyAtoH_v2_ptdscuMemcpyAtoHAsynccuMemcpyAtoHAsync_v2cuMemcpyAtoHAsync_v2_ptsz",
+    "cuMemcpyBatchAsynccuMemcpyBatchAsync_ptszcuMemcpyBatchAsync_v2cuMemcpyBatchAsync_v2_ptsz",
+    "cuMemcpyDtoAcuMemcpyDtoA_v2cuMemcpyDtoA_v2_ptdscuMemcpyDtoDcuMemcpyDtoD_v2cuMemcpyDtoD_v2_ptds",
+    "cuMemcpyDtoDAsynccuMemcpyDtoDAsync_v2cuMemcpyDtoDAsync_v2_ptszcuMemcpyDtoHcuMemcpyDtoH_v2",
+    "cuMemcpyDtoH_v2_ptdscuMemcpyDtoHAsynccuMemcpyDtoHAsync_v2cuMemcpyDtoHAsync_v2_ptszcuMemcpyHtoA",
+    "cuMemcpyHtoA_v2cuMemcpyHtoA_v2_ptdscuMemcpyHtoAAsynccuMemcpyHtoAAsync_v2",
+    "cuMemcpyHtoAAsync_v2_ptszcuMemcpyHtoDcuMemcpyHtoD_v2cuMemcpyHtoD_v2_ptdscuMemcpyHtoDAsync",
+    "cuMemcpyHtoDAsync_v2cuMemcpyHtoDAsync_v2_ptszcuMemcpyPeercuMemcpyPeer_ptdscuMemcpyPeerAsync",
+    "cuMemcpyPeerAsync_ptszcuMemcpyWithAttributesAsynccuMemcpyWithAttributesAsync_ptszcuMemsetD16",
+    "cuMemsetD16_v2cuMemsetD16_v2_ptdscuMemsetD16AsynccuMemsetD16Async_ptszcuMemsetD2D16",
+    "cuMemsetD2D16_v2cuMemsetD2D16_v2_ptdscuMemsetD2D16AsynccuMemsetD2D16Async_ptszcuMemsetD2D32",
+    "cuMemsetD2D32_v2cuMemsetD2D32_v2_ptdscuMemsetD2D32AsynccuMemsetD2D32Async_ptszcuMemsetD2D8",
+    "cuMemsetD2D8_v2cuMemsetD2D8_v2_ptdscuMemsetD2D8AsynccuMemsetD2D8Async_ptszcuMemsetD32",
+    "cuMemsetD32_v2cuMemsetD32_v2_ptdscuMemsetD32AsynccuMemsetD32Async_ptszcuMemsetD8cuMemsetD8_v2",
+    "cuMemsetD8_v2_ptdscuMemsetD8AsynccuMemsetD8Async_ptszcuMipmappedArrayCreate",
+    "cuMipmappedArrayDestroycuMipmappedArrayGetLevelcuMipmappedArrayGetMemoryRequirements",
+    "cuMipmappedArrayGetSparsePropertiescuModuleEnumerateFunctionscuModuleGetFunction",
+    "cuModuleGetFunctionCountcuModuleGetGlobalcuModuleGetGlobal_v2cuModuleGetLoadingMode",
+    "cuModuleGetSurfRefcuModuleGetTexRefcuModuleLoadcuModuleLoadDatacuModuleLoadDataEx",
+    "cuModuleLoadFatBinarycuModuleUnloadcuMulticastAddDevicecuMulticastBindAddrcuMulticastBindAddr_v2",
+    "cuMulticastBindMemcuMulticastBindMem_v2cuMulticastCreatecuMulticastGetGranularity",
+    "cuMulticastUnbindcuOccupancyAvailableDynamicSMemPerBlock",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorcuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+    "cuOccupancyMaxActiveClusterscuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlagscuOccupancyMaxPotentialClusterSizecuParamSetSize",
+    "cuParamSetTexRefcuParamSetfcuParamSeticuParamSetvcuPointerGetAttributecuPointerGetAttributes",
+    "cuPointerSetAttributecuProfilerInitializecuProfilerStartcuProfilerStop",
+    "cuSignalExternalSemaphoresAsynccuSignalExternalSemaphoresAsync_ptszcuStreamAddCallback",
+    "cuStreamAddCallback_ptszcuStreamAttachMemAsynccuStreamAttachMemAsync_ptszcuStreamBatchMemOp",
+    "cuStreamBatchMemOp_ptszcuStreamBatchMemOp_v2cuStreamBatchMemOp_v2_ptszcuStreamBeginCapture",
+    "cuStreamBeginCapture_ptszcuStreamBeginCapture_v2cuStreamBeginCapture_v2_ptsz",
+    "cuStreamBeginCaptureToCigcuStreamBeginCaptureToCig_ptszcuStreamBeginCaptureToGraph",
+    "cuStreamBeginCaptureToGraph_ptszcuStreamBeginRecaptureToGraphcuStreamBeginRecaptureToGraph_ptsz",
+    "cuStreamCopyAttributescuStreamCopyAttributes_ptszcuStreamCreatecuStreamCreateWithPriority",
+    "cuStreamDestroycuStreamDestroy_v2cuStreamEndCapturecuStreamEndCapture_ptsz",
+    "cuStreamEndCaptureToCigcuStreamEndCaptureToCig_ptszcuStreamGetAttributecuStreamGetAttribute_ptsz",
+    "cuStreamGetCaptureInfocuStreamGetCaptureInfo_ptszcuStreamGetCaptureInfo_v2",
+    "cuStreamGetCaptureInfo_v2_ptszcuStreamGetCaptureInfo_v3cuStreamGetCaptureInfo_v3_ptsz",
+    "cuStreamGetCtxcuStreamGetCtx_ptszcuStreamGetCtx_v2cuStreamGetCtx_v2_ptszcuStreamGetDevResource",
+    "cuStreamGetDevResource_ptszcuStreamGetDevicecuStreamGetDevice_ptszcuStreamGetFlags",
+    "cuStreamGetFlags_ptszcuStreamGetGreenCtxcuStreamGetIdcuStreamGetId_ptszcuStreamGetPriority",
+    "cuStreamGetPriority_ptszcuStreamIsCapturingcuStreamIsCapturing_ptszcuStreamQuery",
+    "cuStreamQuery_ptszcuStreamSetAttributecuStreamSetAttribute_ptszcuStreamSynchronize",
+    "cuStreamSynchronize_ptszcuStreamUpdateCaptureDependenciescuStreamUpdateCaptureDependencies_ptsz",
+    "cuStreamUpdateCaptureDependencies_v2cuStreamUpdateCaptureDependencies_v2_ptszcuStreamWaitEvent",
+    "cuStreamWaitEvent_ptszcuStreamWaitValue32cuStreamWaitValue32_ptszcuStreamWaitValue32_v2",
+    "cuStreamWaitValue32_v2_ptszcuStreamWaitValue64cuStreamWaitValue64_ptszcuStreamWaitValue64_v2",
+    "cuStreamWaitValue64_v2_ptszcuStreamWriteValue32cuStreamWriteValue32_ptszcuStreamWriteValue32_v2",
+    "cuStreamWriteValue32_v2_ptszcuStreamWriteValue64cuStreamWriteValue64_ptszcuStreamWriteValue64_v2",
+    "cuStreamWriteValue64_v2_ptszcuSurfObjectCreatecuSurfObjectDestroycuSurfObjectGetResourceDesc",
+    "cuSurfRefGetArraycuSurfRefSetArraycuTensorMapEncodeIm2colcuTensorMapEncodeIm2colWide",
+    "cuTensorMapEncodeTiledcuTensorMapReplaceAddresscuTensorMapSetAllocationClasscuTexObjectCreate",
+    "cuTexObjectDestroycuTexObjectGetResourceDesccuTexObjectGetResourceViewDesc",
+    "cuTexObjectGetTextureDesccuTexRefCreatecuTexRefDestroycuTexRefGetAddresscuTexRefGetAddress_v2",
+    "cuTexRefGetAddressModecuTexRefGetArraycuTexRefGetBorderColorcuTexRefGetFilterMode",
+    "cuTexRefGetFlagscuTexRefGetFormatcuTexRefGetMaxAnisotropycuTexRefGetMipmapFilterMode",
+    "cuTexRefGetMipmapLevelBiascuTexRefGetMipmapLevelClampcuTexRefGetMipmappedArraycuTexRefSetAddress",
+    "cuTexRefSetAddress_v2cuTexRefSetAddress2DcuTexRefSetAddress2D_v2cuTexRefSetAddress2D_v3",
+    "cuTexRefSetAddressModecuTexRefSetArraycuTexRefSetBorderColorcuTexRefSetFilterMode",
+    "cuTexRefSetFlagscuTexRefSetFormatcuTexRefSetMaxAnisotropycuTexRefSetMipmapFilterMode",
+    "cuTexRefSetMipmapLevelBiascuTexRefSetMipmapLevelClampcuTexRefSetMipmappedArray",
+    "cuThreadExchangeStreamCaptureModecuUserObjectCreatecuUserObjectReleasecuUserObjectRetain",
+    "cuVDPAUCtxCreatecuVDPAUCtxCreate_v2cuVDPAUGetDevicecuWGLGetDevicecuWaitExternalSemaphoresAsync",
+    "cuWaitExternalSemaphoresAsync_ptsz",
+);
+
 /// 725 rows, sorted by (name, version, variant).
 pub const PFN_ROWS: &[PfnRow] = &[
-    PfnRow { name: "cuArray3DCreate", version: 2000, per_thread: PerThread::No, symbol: "cuArray3DCreate", headers: 3 },
-    PfnRow { name: "cuArray3DCreate", version: 3020, per_thread: PerThread::No, symbol: "cuArray3DCreate_v2", headers: 3 },
-    PfnRow { name: "cuArray3DGetDescriptor", version: 2000, per_thread: PerThread::No, symbol: "cuArray3DGetDescriptor", headers: 3 },
-    PfnRow { name: "cuArray3DGetDescriptor", version: 3020, per_thread: PerThread::No, symbol: "cuArray3DGetDescriptor_v2", headers: 3 },
-    PfnRow { name: "cuArrayCreate", version: 2000, per_thread: PerThread::No, symbol: "cuArrayCreate", headers: 3 },
-    PfnRow { name: "cuArrayCreate", version: 3020, per_thread: PerThread::No, symbol: "cuArrayCreate_v2", headers: 3 },
-    PfnRow { name: "cuArrayDestroy", version: 2000, per_thread: PerThread::No, symbol: "cuArrayDestroy", headers: 3 },
-    PfnRow { name: "cuArrayGetDescriptor", version: 2000, per_thread: PerThread::No, symbol: "cuArrayGetDescriptor", headers: 3 },
-    PfnRow { name: "cuArrayGetDescriptor", version: 3020, per_thread: PerThread::No, symbol: "cuArrayGetDescriptor_v2", headers: 3 },
-    PfnRow { name: "cuArrayGetMemoryRequirements", version: 11060, per_thread: PerThread::No, symbol: "cuArrayGetMemoryRequirements", headers: 3 },
-    PfnRow { name: "cuArrayGetPlane", version: 11020, per_thread: PerThread::No, symbol: "cuArrayGetPlane", headers: 3 },
-    PfnRow { name: "cuArrayGetSparseProperties", version: 11010, per_thread: PerThread::No, symbol: "cuArrayGetSparseProperties", headers: 3 },
-    PfnRow { name: "cuCheckpointOperationComplete", version: 13040, per_thread: PerThread::No, symbol: "cuCheckpointOperationComplete", headers: 2 },
-    PfnRow { name: "cuCheckpointProcessCheckpoint", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessCheckpoint", headers: 3 },
-    PfnRow { name: "cuCheckpointProcessGetRestoreThreadId", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessGetRestoreThreadId", headers: 3 },
-    PfnRow { name: "cuCheckpointProcessGetState", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessGetState", headers: 3 },
-    PfnRow { name: "cuCheckpointProcessLock", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessLock", headers: 3 },
-    PfnRow { name: "cuCheckpointProcessRestore", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessRestore", headers: 3 },
-    PfnRow { name: "cuCheckpointProcessUnlock", version: 12080, per_thread: PerThread::No, symbol: "cuCheckpointProcessUnlock", headers: 3 },
-    PfnRow { name: "cuCoredumpDeregisterCompleteCallback", version: 13020, per_thread: PerThread::No, symbol: "cuCoredumpDeregisterCompleteCallback", headers: 2 },
-    PfnRow { name: "cuCoredumpDeregisterStartCallback", version: 13020, per_thread: PerThread::No, symbol: "cuCoredumpDeregisterStartCallback", headers: 2 },
-    PfnRow { name: "cuCoredumpGetAttribute", version: 12010, per_thread: PerThread::No, symbol: "cuCoredumpGetAttribute", headers: 3 },
-    PfnRow { name: "cuCoredumpGetAttributeGlobal", version: 12010, per_thread: PerThread::No, symbol: "cuCoredumpGetAttributeGlobal", headers: 3 },
-    PfnRow { name: "cuCoredumpRegisterCompleteCallback", version: 13020, per_thread: PerThread::No, symbol: "cuCoredumpRegisterCompleteCallback", headers: 2 },
-    PfnRow { name: "cuCoredumpRegisterStartCallback", version: 13020, per_thread: PerThread::No, symbol: "cuCoredumpRegisterStartCallback", headers: 2 },
-    PfnRow { name: "cuCoredumpSetAttribute", version: 12010, per_thread: PerThread::No, symbol: "cuCoredumpSetAttribute", headers: 3 },
-    PfnRow { name: "cuCoredumpSetAttributeGlobal", version: 12010, per_thread: PerThread::No, symbol: "cuCoredumpSetAttributeGlobal", headers: 3 },
-    PfnRow { name: "cuCtxAttach", version: 2000, per_thread: PerThread::No, symbol: "cuCtxAttach", headers: 3 },
-    PfnRow { name: "cuCtxCreate", version: 2000, per_thread: PerThread::No, symbol: "cuCtxCreate", headers: 3 },
-    PfnRow { name: "cuCtxCreate", version: 3020, per_thread: PerThread::No, symbol: "cuCtxCreate_v2", headers: 3 },
-    PfnRow { name: "cuCtxCreate", version: 11040, per_thread: PerThread::No, symbol: "cuCtxCreate_v3", headers: 3 },
-    PfnRow { name: "cuCtxCreate", version: 12050, per_thread: PerThread::No, symbol: "cuCtxCreate_v4", headers: 3 },
-    PfnRow { name: "cuCtxDestroy", version: 2000, per_thread: PerThread::No, symbol: "cuCtxDestroy", headers: 3 },
-    PfnRow { name: "cuCtxDestroy", version: 4000, per_thread: PerThread::No, symbol: "cuCtxDestroy_v2", headers: 3 },
-    PfnRow { name: "cuCtxDetach", version: 2000, per_thread: PerThread::No, symbol: "cuCtxDetach", headers: 3 },
-    PfnRow { name: "cuCtxDisablePeerAccess", version: 4000, per_thread: PerThread::No, symbol: "cuCtxDisablePeerAccess", headers: 3 },
-    PfnRow { name: "cuCtxEnablePeerAccess", version: 4000, per_thread: PerThread::No, symbol: "cuCtxEnablePeerAccess", headers: 3 },
-    PfnRow { name: "cuCtxFromGreenCtx", version: 12040, per_thread: PerThread::No, symbol: "cuCtxFromGreenCtx", headers: 3 },
-    PfnRow { name: "cuCtxGetApiVersion", version: 3020, per_thread: PerThread::No, symbol: "cuCtxGetApiVersion", headers: 3 },
-    PfnRow { name: "cuCtxGetCacheConfig", version: 3020, per_thread: PerThread::No, symbol: "cuCtxGetCacheConfig", headers: 3 },
-    PfnRow { name: "cuCtxGetCurrent", version: 4000, per_thread: PerThread::No, symbol: "cuCtxGetCurrent", headers: 3 },
-    PfnRow { name: "cuCtxGetDevResource", version: 12040, per_thread: PerThread::No, symbol: "cuCtxGetDevResource", headers: 3 },
-    PfnRow { name: "cuCtxGetDevice", version: 2000, per_thread: PerThread::No, symbol: "cuCtxGetDevice", headers: 3 },
-    PfnRow { name: "cuCtxGetDevice", version: 13000, per_thread: PerThread::No, symbol: "cuCtxGetDevice_v2", headers: 2 },
-    PfnRow { name: "cuCtxGetExecAffinity", version: 11040, per_thread: PerThread::No, symbol: "cuCtxGetExecAffinity", headers: 3 },
-    PfnRow { name: "cuCtxGetFlags", version: 7000, per_thread: PerThread::No, symbol: "cuCtxGetFlags", headers: 3 },
-    PfnRow { name: "cuCtxGetId", version: 12000, per_thread: PerThread::No, symbol: "cuCtxGetId", headers: 3 },
-    PfnRow { name: "cuCtxGetLimit", version: 3010, per_thread: PerThread::No, symbol: "cuCtxGetLimit", headers: 3 },
-    PfnRow { name: "cuCtxGetSharedMemConfig", version: 4020, per_thread: PerThread::No, symbol: "cuCtxGetSharedMemConfig", headers: 3 },
-    PfnRow { name: "cuCtxGetStreamPriorityRange", version: 5050, per_thread: PerThread::No, symbol: "cuCtxGetStreamPriorityRange", headers: 3 },
-    PfnRow { name: "cuCtxPopCurrent", version: 2000, per_thread: PerThread::No, symbol: "cuCtxPopCurrent", headers: 3 },
-    PfnRow { name: "cuCtxPopCurrent", version: 4000, per_thread: PerThread::No, symbol: "cuCtxPopCurrent_v2", headers: 3 },
-    PfnRow { name: "cuCtxPushCurrent", version: 2000, per_thread: PerThread::No, symbol: "cuCtxPushCurrent", headers: 3 },
-    PfnRow { name: "cuCtxPushCurrent", version: 4000, per_thread: PerThread::No, symbol: "cuCtxPushCurrent_v2", headers: 3 },
-    PfnRow { name: "cuCtxRecordEvent", version: 12050, per_thread: PerThread::No, symbol: "cuCtxRecordEvent", headers: 3 },
-    PfnRow { name: "cuCtxResetPersistingL2Cache", version: 11000, per_thread: PerThread::No, symbol: "cuCtxResetPersistingL2Cache", headers: 3 },
-    PfnRow { name: "cuCtxSetCacheConfig", version: 3020, per_thread: PerThread::No, symbol: "cuCtxSetCacheConfig", headers: 3 },
-    PfnRow { name: "cuCtxSetCurrent", version: 4000, per_thread: PerThread::No, symbol: "cuCtxSetCurrent", headers: 3 },
-    PfnRow { name: "cuCtxSetFlags", version: 12010, per_thread: PerThread::No, symbol: "cuCtxSetFlags", headers: 3 },
-    PfnRow { name: "cuCtxSetLimit", version: 3010, per_thread: PerThread::No, symbol: "cuCtxSetLimit", headers: 3 },
-    PfnRow { name: "cuCtxSetSharedMemConfig", version: 4020, per_thread: PerThread::No, symbol: "cuCtxSetSharedMemConfig", headers: 3 },
-    PfnRow { name: "cuCtxSynchronize", version: 2000, per_thread: PerThread::No, symbol: "cuCtxSynchronize", headers: 3 },
-    PfnRow { name: "cuCtxSynchronize", version: 13000, per_thread: PerThread::No, symbol: "cuCtxSynchronize_v2", headers: 2 },
-    PfnRow { name: "cuCtxWaitEvent", version: 12050, per_thread: PerThread::No, symbol: "cuCtxWaitEvent", headers: 3 },
-    PfnRow { name: "cuDestroyExternalMemory", version: 10000, per_thread: PerThread::No, symbol: "cuDestroyExternalMemory", headers: 3 },
-    PfnRow { name: "cuDestroyExternalSemaphore", version: 10000, per_thread: PerThread::No, symbol: "cuDestroyExternalSemaphore", headers: 3 },
-    PfnRow { name: "cuDevResourceGenerateDesc", version: 12040, per_thread: PerThread::No, symbol: "cuDevResourceGenerateDesc", headers: 3 },
-    PfnRow { name: "cuDevSmResourceSplit", version: 13010, per_thread: PerThread::No, symbol: "cuDevSmResourceSplit", headers: 2 },
-    PfnRow { name: "cuDevSmResourceSplitByCount", version: 12040, per_thread: PerThread::No, symbol: "cuDevSmResourceSplitByCount", headers: 3 },
-    PfnRow { name: "cuDeviceCanAccessPeer", version: 4000, per_thread: PerThread::No, symbol: "cuDeviceCanAccessPeer", headers: 3 },
-    PfnRow { name: "cuDeviceComputeCapability", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceComputeCapability", headers: 3 },
-    PfnRow { name: "cuDeviceGet", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceGet", headers: 3 },
-    PfnRow { name: "cuDeviceGetAttribute", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceGetAttribute", headers: 3 },
-    PfnRow { name: "cuDeviceGetByPCIBusId", version: 4010, per_thread: PerThread::No, symbol: "cuDeviceGetByPCIBusId", headers: 3 },
-    PfnRow { name: "cuDeviceGetCliqueCount", version: 13040, per_thread: PerThread::No, symbol: "cuDeviceGetCliqueCount", headers: 2 },
-    PfnRow { name: "cuDeviceGetCliqueInfo", version: 13040, per_thread: PerThread::No, symbol: "cuDeviceGetCliqueInfo", headers: 2 },
-    PfnRow { name: "cuDeviceGetCount", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceGetCount", headers: 3 },
-    PfnRow { name: "cuDeviceGetDefaultMemPool", version: 11020, per_thread: PerThread::No, symbol: "cuDeviceGetDefaultMemPool", headers: 3 },
-    PfnRow { name: "cuDeviceGetDevResource", version: 12040, per_thread: PerThread::No, symbol: "cuDeviceGetDevResource", headers: 3 },
-    PfnRow { name: "cuDeviceGetExecAffinitySupport", version: 11040, per_thread: PerThread::No, symbol: "cuDeviceGetExecAffinitySupport", headers: 3 },
-    PfnRow { name: "cuDeviceGetFabricClusterUuid", version: 13040, per_thread: PerThread::No, symbol: "cuDeviceGetFabricClusterUuid", headers: 2 },
-    PfnRow { name: "cuDeviceGetGraphMemAttribute", version: 11040, per_thread: PerThread::No, symbol: "cuDeviceGetGraphMemAttribute", headers: 3 },
-    PfnRow { name: "cuDeviceGetHostAtomicCapabilities", version: 13000, per_thread: PerThread::No, symbol: "cuDeviceGetHostAtomicCapabilities", headers: 2 },
-    PfnRow { name: "cuDeviceGetLuid", version: 10000, per_thread: PerThread::No, symbol: "cuDeviceGetLuid", headers: 3 },
-    PfnRow { name: "cuDeviceGetMemPool", version: 11020, per_thread: PerThread::No, symbol: "cuDeviceGetMemPool", headers: 3 },
-    PfnRow { name: "cuDeviceGetName", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceGetName", headers: 3 },
-    PfnRow { name: "cuDeviceGetNvSciSyncAttributes", version: 10020, per_thread: PerThread::No, symbol: "cuDeviceGetNvSciSyncAttributes", headers: 3 },
-    PfnRow { name: "cuDeviceGetP2PAtomicCapabilities", version: 13000, per_thread: PerThread::No, symbol: "cuDeviceGetP2PAtomicCapabilities", headers: 2 },
-    PfnRow { name: "cuDeviceGetP2PAttribute", version: 8000, per_thread: PerThread::No, symbol: "cuDeviceGetP2PAttribute", headers: 3 },
-    PfnRow { name: "cuDeviceGetPCIBusId", version: 4010, per_thread: PerThread::No, symbol: "cuDeviceGetPCIBusId", headers: 3 },
-    PfnRow { name: "cuDeviceGetProperties", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceGetProperties", headers: 3 },
-    PfnRow { name: "cuDeviceGetTexture1DLinearMaxWidth", version: 11010, per_thread: PerThread::No, symbol: "cuDeviceGetTexture1DLinearMaxWidth", headers: 3 },
-    PfnRow { name: "cuDeviceGetUuid", version: 9020, per_thread: PerThread::No, symbol: "cuDeviceGetUuid", headers: 3 },
-    PfnRow { name: "cuDeviceGetUuid", version: 11040, per_thread: PerThread::No, symbol: "cuDeviceGetUuid_v2", headers: 3 },
-    PfnRow { name: "cuDeviceGraphMemTrim", version: 11040, per_thread: PerThread::No, symbol: "cuDeviceGraphMemTrim", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxGetState", version: 7000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxGetState", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxRelease", version: 7000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxRelease", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxRelease", version: 11000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxRelease_v2", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxReset", version: 7000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxReset", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxReset", version: 11000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxReset_v2", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxRetain", version: 7000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxRetain", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxSetFlags", version: 7000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxSetFlags", headers: 3 },
-    PfnRow { name: "cuDevicePrimaryCtxSetFlags", version: 11000, per_thread: PerThread::No, symbol: "cuDevicePrimaryCtxSetFlags_v2", headers: 3 },
-    PfnRow { name: "cuDeviceRegisterAsyncNotification", version: 12040, per_thread: PerThread::No, symbol: "cuDeviceRegisterAsyncNotification", headers: 3 },
-    PfnRow { name: "cuDeviceSetGraphMemAttribute", version: 11040, per_thread: PerThread::No, symbol: "cuDeviceSetGraphMemAttribute", headers: 3 },
-    PfnRow { name: "cuDeviceSetMemPool", version: 11020, per_thread: PerThread::No, symbol: "cuDeviceSetMemPool", headers: 3 },
-    PfnRow { name: "cuDeviceTotalMem", version: 2000, per_thread: PerThread::No, symbol: "cuDeviceTotalMem", headers: 3 },
-    PfnRow { name: "cuDeviceTotalMem", version: 3020, per_thread: PerThread::No, symbol: "cuDeviceTotalMem_v2", headers: 3 },
-    PfnRow { name: "cuDeviceUnregisterAsyncNotification", version: 12040, per_thread: PerThread::No, symbol: "cuDeviceUnregisterAsyncNotification", headers: 3 },
-    PfnRow { name: "cuDriverGetVersion", version: 2020, per_thread: PerThread::No, symbol: "cuDriverGetVersion", headers: 3 },
-    PfnRow { name: "cuEGLStreamConsumerAcquireFrame", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamConsumerAcquireFrame", headers: 3 },
-    PfnRow { name: "cuEGLStreamConsumerConnect", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamConsumerConnect", headers: 3 },
-    PfnRow { name: "cuEGLStreamConsumerConnectWithFlags", version: 8000, per_thread: PerThread::No, symbol: "cuEGLStreamConsumerConnectWithFlags", headers: 3 },
-    PfnRow { name: "cuEGLStreamConsumerDisconnect", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamConsumerDisconnect", headers: 3 },
-    PfnRow { name: "cuEGLStreamConsumerReleaseFrame", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamConsumerReleaseFrame", headers: 3 },
-    PfnRow { name: "cuEGLStreamProducerConnect", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamProducerConnect", headers: 3 },
-    PfnRow { name: "cuEGLStreamProducerDisconnect", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamProducerDisconnect", headers: 3 },
-    PfnRow { name: "cuEGLStreamProducerPresentFrame", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamProducerPresentFrame", headers: 3 },
-    PfnRow { name: "cuEGLStreamProducerReturnFrame", version: 7000, per_thread: PerThread::No, symbol: "cuEGLStreamProducerReturnFrame", headers: 3 },
-    PfnRow { name: "cuEventCreate", version: 2000, per_thread: PerThread::No, symbol: "cuEventCreate", headers: 3 },
-    PfnRow { name: "cuEventCreateFromEGLSync", version: 9000, per_thread: PerThread::No, symbol: "cuEventCreateFromEGLSync", headers: 3 },
-    PfnRow { name: "cuEventDestroy", version: 2000, per_thread: PerThread::No, symbol: "cuEventDestroy", headers: 3 },
-    PfnRow { name: "cuEventDestroy", version: 4000, per_thread: PerThread::No, symbol: "cuEventDestroy_v2", headers: 3 },
-    PfnRow { name: "cuEventElapsedTime", version: 2000, per_thread: PerThread::No, symbol: "cuEventElapsedTime", headers: 3 },
-    PfnRow { name: "cuEventElapsedTime", version: 12080, per_thread: PerThread::No, symbol: "cuEventElapsedTime_v2", headers: 3 },
-    PfnRow { name: "cuEventQuery", version: 2000, per_thread: PerThread::No, symbol: "cuEventQuery", headers: 3 },
-    PfnRow { name: "cuEventRecord", version: 2000, per_thread: PerThread::No, symbol: "cuEventRecord", headers: 3 },
-    PfnRow { name: "cuEventRecord", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuEventRecord_ptsz", headers: 3 },
-    PfnRow { name: "cuEventRecordWithFlags", version: 11010, per_thread: PerThread::No, symbol: "cuEventRecordWithFlags", headers: 3 },
-    PfnRow { name: "cuEventRecordWithFlags", version: 11010, per_thread: PerThread::Ptsz, symbol: "cuEventRecordWithFlags_ptsz", headers: 3 },
-    PfnRow { name: "cuEventSynchronize", version: 2000, per_thread: PerThread::No, symbol: "cuEventSynchronize", headers: 3 },
-    PfnRow { name: "cuExternalMemoryGetMappedBuffer", version: 10000, per_thread: PerThread::No, symbol: "cuExternalMemoryGetMappedBuffer", headers: 3 },
-    PfnRow { name: "cuExternalMemoryGetMappedMipmappedArray", version: 10000, per_thread: PerThread::No, symbol: "cuExternalMemoryGetMappedMipmappedArray", headers: 3 },
-    PfnRow { name: "cuFabricCpyBatchAsync", version: 13050, per_thread: PerThread::No, symbol: "cuFabricCpyBatchAsync", headers: 2 },
-    PfnRow { name: "cuFabricCpyBatchAsync", version: 13050, per_thread: PerThread::Ptsz, symbol: "cuFabricCpyBatchAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuFlushGPUDirectRDMAWrites", version: 11030, per_thread: PerThread::No, symbol: "cuFlushGPUDirectRDMAWrites", headers: 3 },
-    PfnRow { name: "cuFuncGetAttribute", version: 2020, per_thread: PerThread::No, symbol: "cuFuncGetAttribute", headers: 3 },
-    PfnRow { name: "cuFuncGetModule", version: 11000, per_thread: PerThread::No, symbol: "cuFuncGetModule", headers: 3 },
-    PfnRow { name: "cuFuncGetName", version: 12030, per_thread: PerThread::No, symbol: "cuFuncGetName", headers: 3 },
-    PfnRow { name: "cuFuncGetParamCount", version: 13020, per_thread: PerThread::No, symbol: "cuFuncGetParamCount", headers: 2 },
-    PfnRow { name: "cuFuncGetParamInfo", version: 12040, per_thread: PerThread::No, symbol: "cuFuncGetParamInfo", headers: 3 },
-    PfnRow { name: "cuFuncIsLoaded", version: 12040, per_thread: PerThread::No, symbol: "cuFuncIsLoaded", headers: 3 },
-    PfnRow { name: "cuFuncLoad", version: 12040, per_thread: PerThread::No, symbol: "cuFuncLoad", headers: 3 },
-    PfnRow { name: "cuFuncSetAttribute", version: 9000, per_thread: PerThread::No, symbol: "cuFuncSetAttribute", headers: 3 },
-    PfnRow { name: "cuFuncSetBlockShape", version: 2000, per_thread: PerThread::No, symbol: "cuFuncSetBlockShape", headers: 3 },
-    PfnRow { name: "cuFuncSetCacheConfig", version: 3000, per_thread: PerThread::No, symbol: "cuFuncSetCacheConfig", headers: 3 },
-    PfnRow { name: "cuFuncSetSharedMemConfig", version: 4020, per_thread: PerThread::No, symbol: "cuFuncSetSharedMemConfig", headers: 3 },
-    PfnRow { name: "cuFuncSetSharedSize", version: 2000, per_thread: PerThread::No, symbol: "cuFuncSetSharedSize", headers: 3 },
-    PfnRow { name: "cuGLCtxCreate", version: 2000, per_thread: PerThread::No, symbol: "cuGLCtxCreate", headers: 3 },
-    PfnRow { name: "cuGLCtxCreate", version: 3020, per_thread: PerThread::No, symbol: "cuGLCtxCreate_v2", headers: 3 },
-    PfnRow { name: "cuGLGetDevices", version: 4010, per_thread: PerThread::No, symbol: "cuGLGetDevices", headers: 3 },
-    PfnRow { name: "cuGLGetDevices", version: 6050, per_thread: PerThread::No, symbol: "cuGLGetDevices_v2", headers: 3 },
-    PfnRow { name: "cuGLInit", version: 2000, per_thread: PerThread::No, symbol: "cuGLInit", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObject", version: 2000, per_thread: PerThread::No, symbol: "cuGLMapBufferObject", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObject", version: 3020, per_thread: PerThread::No, symbol: "cuGLMapBufferObject_v2", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObject", version: 7000, per_thread: PerThread::Ptds, symbol: "cuGLMapBufferObject_v2_ptds", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObjectAsync", version: 2030, per_thread: PerThread::No, symbol: "cuGLMapBufferObjectAsync", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObjectAsync", version: 3020, per_thread: PerThread::No, symbol: "cuGLMapBufferObjectAsync_v2", headers: 3 },
-    PfnRow { name: "cuGLMapBufferObjectAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuGLMapBufferObjectAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuGLRegisterBufferObject", version: 2000, per_thread: PerThread::No, symbol: "cuGLRegisterBufferObject", headers: 3 },
-    PfnRow { name: "cuGLSetBufferObjectMapFlags", version: 2030, per_thread: PerThread::No, symbol: "cuGLSetBufferObjectMapFlags", headers: 3 },
-    PfnRow { name: "cuGLUnmapBufferObject", version: 2000, per_thread: PerThread::No, symbol: "cuGLUnmapBufferObject", headers: 3 },
-    PfnRow { name: "cuGLUnmapBufferObjectAsync", version: 2030, per_thread: PerThread::No, symbol: "cuGLUnmapBufferObjectAsync", headers: 3 },
-    PfnRow { name: "cuGLUnregisterBufferObject", version: 2000, per_thread: PerThread::No, symbol: "cuGLUnregisterBufferObject", headers: 3 },
-    PfnRow { name: "cuGetErrorName", version: 6000, per_thread: PerThread::No, symbol: "cuGetErrorName", headers: 3 },
-    PfnRow { name: "cuGetErrorString", version: 6000, per_thread: PerThread::No, symbol: "cuGetErrorString", headers: 3 },
-    PfnRow { name: "cuGetExportTable", version: 3000, per_thread: PerThread::No, symbol: "cuGetExportTable", headers: 3 },
-    PfnRow { name: "cuGetProcAddress", version: 11030, per_thread: PerThread::No, symbol: "cuGetProcAddress", headers: 3 },
-    PfnRow { name: "cuGetProcAddress", version: 12000, per_thread: PerThread::No, symbol: "cuGetProcAddress_v2", headers: 3 },
-    PfnRow { name: "cuGraphAddBatchMemOpNode", version: 11070, per_thread: PerThread::No, symbol: "cuGraphAddBatchMemOpNode", headers: 3 },
-    PfnRow { name: "cuGraphAddChildGraphNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddChildGraphNode", headers: 3 },
-    PfnRow { name: "cuGraphAddDependencies", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddDependencies", headers: 3 },
-    PfnRow { name: "cuGraphAddDependencies", version: 12030, per_thread: PerThread::No, symbol: "cuGraphAddDependencies_v2", headers: 3 },
-    PfnRow { name: "cuGraphAddEmptyNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddEmptyNode", headers: 3 },
-    PfnRow { name: "cuGraphAddEventRecordNode", version: 11010, per_thread: PerThread::No, symbol: "cuGraphAddEventRecordNode", headers: 3 },
-    PfnRow { name: "cuGraphAddEventWaitNode", version: 11010, per_thread: PerThread::No, symbol: "cuGraphAddEventWaitNode", headers: 3 },
-    PfnRow { name: "cuGraphAddExternalSemaphoresSignalNode", version: 11020, per_thread: PerThread::No, symbol: "cuGraphAddExternalSemaphoresSignalNode", headers: 3 },
-    PfnRow { name: "cuGraphAddExternalSemaphoresWaitNode", version: 11020, per_thread: PerThread::No, symbol: "cuGraphAddExternalSemaphoresWaitNode", headers: 3 },
-    PfnRow { name: "cuGraphAddHostNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddHostNode", headers: 3 },
-    PfnRow { name: "cuGraphAddKernelNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddKernelNode", headers: 3 },
-    PfnRow { name: "cuGraphAddKernelNode", version: 12000, per_thread: PerThread::No, symbol: "cuGraphAddKernelNode_v2", headers: 3 },
-    PfnRow { name: "cuGraphAddMemAllocNode", version: 11040, per_thread: PerThread::No, symbol: "cuGraphAddMemAllocNode", headers: 3 },
-    PfnRow { name: "cuGraphAddMemFreeNode", version: 11040, per_thread: PerThread::No, symbol: "cuGraphAddMemFreeNode", headers: 3 },
-    PfnRow { name: "cuGraphAddMemcpyNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddMemcpyNode", headers: 3 },
-    PfnRow { name: "cuGraphAddMemsetNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphAddMemsetNode", headers: 3 },
-    PfnRow { name: "cuGraphAddNode", version: 12020, per_thread: PerThread::No, symbol: "cuGraphAddNode", headers: 3 },
-    PfnRow { name: "cuGraphAddNode", version: 12030, per_thread: PerThread::No, symbol: "cuGraphAddNode_v2", headers: 3 },
-    PfnRow { name: "cuGraphAddNode", version: 13040, per_thread: PerThread::No, symbol: "cuGraphAddNode_v3", headers: 2 },
-    PfnRow { name: "cuGraphBatchMemOpNodeGetParams", version: 11070, per_thread: PerThread::No, symbol: "cuGraphBatchMemOpNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphBatchMemOpNodeSetParams", version: 11070, per_thread: PerThread::No, symbol: "cuGraphBatchMemOpNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphChildGraphNodeGetGraph", version: 10000, per_thread: PerThread::No, symbol: "cuGraphChildGraphNodeGetGraph", headers: 3 },
-    PfnRow { name: "cuGraphClone", version: 10000, per_thread: PerThread::No, symbol: "cuGraphClone", headers: 3 },
-    PfnRow { name: "cuGraphConditionalHandleCreate", version: 12030, per_thread: PerThread::No, symbol: "cuGraphConditionalHandleCreate", headers: 3 },
-    PfnRow { name: "cuGraphCreate", version: 10000, per_thread: PerThread::No, symbol: "cuGraphCreate", headers: 3 },
-    PfnRow { name: "cuGraphDebugDotPrint", version: 11030, per_thread: PerThread::No, symbol: "cuGraphDebugDotPrint", headers: 3 },
-    PfnRow { name: "cuGraphDestroy", version: 10000, per_thread: PerThread::No, symbol: "cuGraphDestroy", headers: 3 },
-    PfnRow { name: "cuGraphDestroyNode", version: 10000, per_thread: PerThread::No, symbol: "cuGraphDestroyNode", headers: 3 },
-    PfnRow { name: "cuGraphEventRecordNodeGetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphEventRecordNodeGetEvent", headers: 3 },
-    PfnRow { name: "cuGraphEventRecordNodeSetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphEventRecordNodeSetEvent", headers: 3 },
-    PfnRow { name: "cuGraphEventWaitNodeGetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphEventWaitNodeGetEvent", headers: 3 },
-    PfnRow { name: "cuGraphEventWaitNodeSetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphEventWaitNodeSetEvent", headers: 3 },
-    PfnRow { name: "cuGraphExecBatchMemOpNodeSetParams", version: 11070, per_thread: PerThread::No, symbol: "cuGraphExecBatchMemOpNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecChildGraphNodeSetParams", version: 11010, per_thread: PerThread::No, symbol: "cuGraphExecChildGraphNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecDestroy", version: 10000, per_thread: PerThread::No, symbol: "cuGraphExecDestroy", headers: 3 },
-    PfnRow { name: "cuGraphExecEventRecordNodeSetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphExecEventRecordNodeSetEvent", headers: 3 },
-    PfnRow { name: "cuGraphExecEventWaitNodeSetEvent", version: 11010, per_thread: PerThread::No, symbol: "cuGraphExecEventWaitNodeSetEvent", headers: 3 },
-    PfnRow { name: "cuGraphExecExternalSemaphoresSignalNodeSetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExecExternalSemaphoresSignalNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecExternalSemaphoresWaitNodeSetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExecExternalSemaphoresWaitNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecGetFlags", version: 12000, per_thread: PerThread::No, symbol: "cuGraphExecGetFlags", headers: 3 },
-    PfnRow { name: "cuGraphExecGetId", version: 13010, per_thread: PerThread::No, symbol: "cuGraphExecGetId", headers: 2 },
-    PfnRow { name: "cuGraphExecHostNodeSetParams", version: 10020, per_thread: PerThread::No, symbol: "cuGraphExecHostNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecKernelNodeSetParams", version: 10010, per_thread: PerThread::No, symbol: "cuGraphExecKernelNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecKernelNodeSetParams", version: 12000, per_thread: PerThread::No, symbol: "cuGraphExecKernelNodeSetParams_v2", headers: 3 },
-    PfnRow { name: "cuGraphExecMemcpyNodeSetParams", version: 10020, per_thread: PerThread::No, symbol: "cuGraphExecMemcpyNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecMemsetNodeSetParams", version: 10020, per_thread: PerThread::No, symbol: "cuGraphExecMemsetNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecNodeSetParams", version: 12020, per_thread: PerThread::No, symbol: "cuGraphExecNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExecUpdate", version: 10020, per_thread: PerThread::No, symbol: "cuGraphExecUpdate", headers: 3 },
-    PfnRow { name: "cuGraphExecUpdate", version: 12000, per_thread: PerThread::No, symbol: "cuGraphExecUpdate_v2", headers: 3 },
-    PfnRow { name: "cuGraphExternalSemaphoresSignalNodeGetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExternalSemaphoresSignalNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphExternalSemaphoresSignalNodeSetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExternalSemaphoresSignalNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphExternalSemaphoresWaitNodeGetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExternalSemaphoresWaitNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphExternalSemaphoresWaitNodeSetParams", version: 11020, per_thread: PerThread::No, symbol: "cuGraphExternalSemaphoresWaitNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphGetEdges", version: 10000, per_thread: PerThread::No, symbol: "cuGraphGetEdges", headers: 3 },
-    PfnRow { name: "cuGraphGetEdges", version: 12030, per_thread: PerThread::No, symbol: "cuGraphGetEdges_v2", headers: 3 },
-    PfnRow { name: "cuGraphGetId", version: 13010, per_thread: PerThread::No, symbol: "cuGraphGetId", headers: 2 },
-    PfnRow { name: "cuGraphGetNodes", version: 10000, per_thread: PerThread::No, symbol: "cuGraphGetNodes", headers: 3 },
-    PfnRow { name: "cuGraphGetRootNodes", version: 10000, per_thread: PerThread::No, symbol: "cuGraphGetRootNodes", headers: 3 },
-    PfnRow { name: "cuGraphHostNodeGetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphHostNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphHostNodeSetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphHostNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphInstantiate", version: 10000, per_thread: PerThread::No, symbol: "cuGraphInstantiate", headers: 3 },
-    PfnRow { name: "cuGraphInstantiate", version: 11000, per_thread: PerThread::No, symbol: "cuGraphInstantiate_v2", headers: 3 },
-    PfnRow { name: "cuGraphInstantiate", version: 12000, per_thread: PerThread::No, symbol: "cuGraphInstantiateWithFlags", headers: 3 },
-    PfnRow { name: "cuGraphInstantiateWithFlags", version: 11040, per_thread: PerThread::No, symbol: "cuGraphInstantiateWithFlags", headers: 3 },
-    PfnRow { name: "cuGraphInstantiateWithParams", version: 12000, per_thread: PerThread::No, symbol: "cuGraphInstantiateWithParams", headers: 3 },
-    PfnRow { name: "cuGraphInstantiateWithParams", version: 12000, per_thread: PerThread::Ptsz, symbol: "cuGraphInstantiateWithParams_ptsz", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeCopyAttributes", version: 11000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeCopyAttributes", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeGetAttribute", version: 11000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeGetAttribute", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeGetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeGetParams", version: 12000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeGetParams_v2", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeSetAttribute", version: 11000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeSetAttribute", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeSetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphKernelNodeSetParams", version: 12000, per_thread: PerThread::No, symbol: "cuGraphKernelNodeSetParams_v2", headers: 3 },
-    PfnRow { name: "cuGraphLaunch", version: 10000, per_thread: PerThread::No, symbol: "cuGraphLaunch", headers: 3 },
-    PfnRow { name: "cuGraphLaunch", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuGraphLaunch_ptsz", headers: 3 },
-    PfnRow { name: "cuGraphMemAllocNodeGetParams", version: 11040, per_thread: PerThread::No, symbol: "cuGraphMemAllocNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphMemFreeNodeGetParams", version: 11040, per_thread: PerThread::No, symbol: "cuGraphMemFreeNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphMemcpyNodeGetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphMemcpyNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphMemcpyNodeSetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphMemcpyNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphMemsetNodeGetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphMemsetNodeGetParams", headers: 3 },
-    PfnRow { name: "cuGraphMemsetNodeSetParams", version: 10000, per_thread: PerThread::No, symbol: "cuGraphMemsetNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphNodeFindInClone", version: 10000, per_thread: PerThread::No, symbol: "cuGraphNodeFindInClone", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetContainingGraph", version: 13010, per_thread: PerThread::No, symbol: "cuGraphNodeGetContainingGraph", headers: 2 },
-    PfnRow { name: "cuGraphNodeGetDependencies", version: 10000, per_thread: PerThread::No, symbol: "cuGraphNodeGetDependencies", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetDependencies", version: 12030, per_thread: PerThread::No, symbol: "cuGraphNodeGetDependencies_v2", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetDependentNodes", version: 10000, per_thread: PerThread::No, symbol: "cuGraphNodeGetDependentNodes", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetDependentNodes", version: 12030, per_thread: PerThread::No, symbol: "cuGraphNodeGetDependentNodes_v2", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetEnabled", version: 11060, per_thread: PerThread::No, symbol: "cuGraphNodeGetEnabled", headers: 3 },
-    PfnRow { name: "cuGraphNodeGetLocalId", version: 13010, per_thread: PerThread::No, symbol: "cuGraphNodeGetLocalId", headers: 2 },
-    PfnRow { name: "cuGraphNodeGetParams", version: 13020, per_thread: PerThread::No, symbol: "cuGraphNodeGetParams", headers: 2 },
-    PfnRow { name: "cuGraphNodeGetToolsId", version: 13010, per_thread: PerThread::No, symbol: "cuGraphNodeGetToolsId", headers: 2 },
-    PfnRow { name: "cuGraphNodeGetType", version: 10000, per_thread: PerThread::No, symbol: "cuGraphNodeGetType", headers: 3 },
-    PfnRow { name: "cuGraphNodeSetEnabled", version: 11060, per_thread: PerThread::No, symbol: "cuGraphNodeSetEnabled", headers: 3 },
-    PfnRow { name: "cuGraphNodeSetParams", version: 12020, per_thread: PerThread::No, symbol: "cuGraphNodeSetParams", headers: 3 },
-    PfnRow { name: "cuGraphNodeSetParams", version: 13040, per_thread: PerThread::No, symbol: "cuGraphNodeSetParams_v2", headers: 2 },
-    PfnRow { name: "cuGraphReleaseUserObject", version: 11030, per_thread: PerThread::No, symbol: "cuGraphReleaseUserObject", headers: 3 },
-    PfnRow { name: "cuGraphRemoveDependencies", version: 10000, per_thread: PerThread::No, symbol: "cuGraphRemoveDependencies", headers: 3 },
-    PfnRow { name: "cuGraphRemoveDependencies", version: 12030, per_thread: PerThread::No, symbol: "cuGraphRemoveDependencies_v2", headers: 3 },
-    PfnRow { name: "cuGraphRetainUserObject", version: 11030, per_thread: PerThread::No, symbol: "cuGraphRetainUserObject", headers: 3 },
-    PfnRow { name: "cuGraphUpload", version: 11010, per_thread: PerThread::No, symbol: "cuGraphUpload", headers: 3 },
-    PfnRow { name: "cuGraphUpload", version: 11010, per_thread: PerThread::Ptsz, symbol: "cuGraphUpload_ptsz", headers: 3 },
-    PfnRow { name: "cuGraphicsEGLRegisterImage", version: 7000, per_thread: PerThread::No, symbol: "cuGraphicsEGLRegisterImage", headers: 3 },
-    PfnRow { name: "cuGraphicsGLRegisterBuffer", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsGLRegisterBuffer", headers: 3 },
-    PfnRow { name: "cuGraphicsGLRegisterImage", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsGLRegisterImage", headers: 3 },
-    PfnRow { name: "cuGraphicsMapResources", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsMapResources", headers: 3 },
-    PfnRow { name: "cuGraphicsMapResources", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuGraphicsMapResources_ptsz", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceGetMappedEglFrame", version: 7000, per_thread: PerThread::No, symbol: "cuGraphicsResourceGetMappedEglFrame", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceGetMappedMipmappedArray", version: 5000, per_thread: PerThread::No, symbol: "cuGraphicsResourceGetMappedMipmappedArray", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceGetMappedPointer", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsResourceGetMappedPointer", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceGetMappedPointer", version: 3020, per_thread: PerThread::No, symbol: "cuGraphicsResourceGetMappedPointer_v2", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceSetMapFlags", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsResourceSetMapFlags", headers: 3 },
-    PfnRow { name: "cuGraphicsResourceSetMapFlags", version: 6050, per_thread: PerThread::No, symbol: "cuGraphicsResourceSetMapFlags_v2", headers: 3 },
-    PfnRow { name: "cuGraphicsSubResourceGetMappedArray", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsSubResourceGetMappedArray", headers: 3 },
-    PfnRow { name: "cuGraphicsUnmapResources", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsUnmapResources", headers: 3 },
-    PfnRow { name: "cuGraphicsUnmapResources", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuGraphicsUnmapResources_ptsz", headers: 3 },
-    PfnRow { name: "cuGraphicsUnregisterResource", version: 3000, per_thread: PerThread::No, symbol: "cuGraphicsUnregisterResource", headers: 3 },
-    PfnRow { name: "cuGraphicsVDPAURegisterOutputSurface", version: 3010, per_thread: PerThread::No, symbol: "cuGraphicsVDPAURegisterOutputSurface", headers: 3 },
-    PfnRow { name: "cuGraphicsVDPAURegisterVideoSurface", version: 3010, per_thread: PerThread::No, symbol: "cuGraphicsVDPAURegisterVideoSurface", headers: 3 },
-    PfnRow { name: "cuGreenCtxCreate", version: 12040, per_thread: PerThread::No, symbol: "cuGreenCtxCreate", headers: 3 },
-    PfnRow { name: "cuGreenCtxDestroy", version: 12040, per_thread: PerThread::No, symbol: "cuGreenCtxDestroy", headers: 3 },
-    PfnRow { name: "cuGreenCtxGetDevResource", version: 12040, per_thread: PerThread::No, symbol: "cuGreenCtxGetDevResource", headers: 3 },
-    PfnRow { name: "cuGreenCtxGetId", version: 12090, per_thread: PerThread::No, symbol: "cuGreenCtxGetId", headers: 2 },
-    PfnRow { name: "cuGreenCtxRecordEvent", version: 12040, per_thread: PerThread::No, symbol: "cuGreenCtxRecordEvent", headers: 3 },
-    PfnRow { name: "cuGreenCtxStreamCreate", version: 12050, per_thread: PerThread::No, symbol: "cuGreenCtxStreamCreate", headers: 3 },
-    PfnRow { name: "cuGreenCtxWaitEvent", version: 12040, per_thread: PerThread::No, symbol: "cuGreenCtxWaitEvent", headers: 3 },
-    PfnRow { name: "cuImportExternalMemory", version: 10000, per_thread: PerThread::No, symbol: "cuImportExternalMemory", headers: 3 },
-    PfnRow { name: "cuImportExternalSemaphore", version: 10000, per_thread: PerThread::No, symbol: "cuImportExternalSemaphore", headers: 3 },
-    PfnRow { name: "cuInit", version: 2000, per_thread: PerThread::No, symbol: "cuInit", headers: 3 },
-    PfnRow { name: "cuIpcCloseMemHandle", version: 4010, per_thread: PerThread::No, symbol: "cuIpcCloseMemHandle", headers: 3 },
-    PfnRow { name: "cuIpcGetEventHandle", version: 4010, per_thread: PerThread::No, symbol: "cuIpcGetEventHandle", headers: 3 },
-    PfnRow { name: "cuIpcGetMemHandle", version: 4010, per_thread: PerThread::No, symbol: "cuIpcGetMemHandle", headers: 3 },
-    PfnRow { name: "cuIpcOpenEventHandle", version: 4010, per_thread: PerThread::No, symbol: "cuIpcOpenEventHandle", headers: 3 },
-    PfnRow { name: "cuIpcOpenMemHandle", version: 4010, per_thread: PerThread::No, symbol: "cuIpcOpenMemHandle", headers: 3 },
-    PfnRow { name: "cuIpcOpenMemHandle", version: 11000, per_thread: PerThread::No, symbol: "cuIpcOpenMemHandle_v2", headers: 3 },
-    PfnRow { name: "cuKernelGetAttribute", version: 12000, per_thread: PerThread::No, symbol: "cuKernelGetAttribute", headers: 3 },
-    PfnRow { name: "cuKernelGetFunction", version: 12000, per_thread: PerThread::No, symbol: "cuKernelGetFunction", headers: 3 },
-    PfnRow { name: "cuKernelGetLibrary", version: 12050, per_thread: PerThread::No, symbol: "cuKernelGetLibrary", headers: 3 },
-    PfnRow { name: "cuKernelGetName", version: 12030, per_thread: PerThread::No, symbol: "cuKernelGetName", headers: 3 },
-    PfnRow { name: "cuKernelGetParamCount", version: 13020, per_thread: PerThread::No, symbol: "cuKernelGetParamCount", headers: 2 },
-    PfnRow { name: "cuKernelGetParamInfo", version: 12040, per_thread: PerThread::No, symbol: "cuKernelGetParamInfo", headers: 3 },
-    PfnRow { name: "cuKernelSetAttribute", version: 12000, per_thread: PerThread::No, symbol: "cuKernelSetAttribute", headers: 3 },
-    PfnRow { name: "cuKernelSetCacheConfig", version: 12000, per_thread: PerThread::No, symbol: "cuKernelSetCacheConfig", headers: 3 },
-    PfnRow { name: "cuLaunch", version: 2000, per_thread: PerThread::No, symbol: "cuLaunch", headers: 3 },
-    PfnRow { name: "cuLaunchCooperativeKernel", version: 9000, per_thread: PerThread::No, symbol: "cuLaunchCooperativeKernel", headers: 3 },
-    PfnRow { name: "cuLaunchCooperativeKernel", version: 9000, per_thread: PerThread::Ptsz, symbol: "cuLaunchCooperativeKernel_ptsz", headers: 3 },
-    PfnRow { name: "cuLaunchCooperativeKernelMultiDevice", version: 9000, per_thread: PerThread::No, symbol: "cuLaunchCooperativeKernelMultiDevice", headers: 3 },
-    PfnRow { name: "cuLaunchGrid", version: 2000, per_thread: PerThread::No, symbol: "cuLaunchGrid", headers: 3 },
-    PfnRow { name: "cuLaunchGridAsync", version: 2000, per_thread: PerThread::No, symbol: "cuLaunchGridAsync", headers: 3 },
-    PfnRow { name: "cuLaunchHostFunc", version: 10000, per_thread: PerThread::No, symbol: "cuLaunchHostFunc", headers: 3 },
-    PfnRow { name: "cuLaunchHostFunc", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuLaunchHostFunc_ptsz", headers: 3 },
-    PfnRow { name: "cuLaunchHostFunc", version: 13010, per_thread: PerThread::No, symbol: "cuLaunchHostFunc_v2", headers: 2 },
-    PfnRow { name: "cuLaunchHostFunc", version: 13010, per_thread: PerThread::Ptsz, symbol: "cuLaunchHostFunc_v2_ptsz", headers: 2 },
-    PfnRow { name: "cuLaunchKernel", version: 4000, per_thread: PerThread::No, symbol: "cuLaunchKernel", headers: 3 },
-    PfnRow { name: "cuLaunchKernel", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuLaunchKernel_ptsz", headers: 3 },
-    PfnRow { name: "cuLaunchKernelEx", version: 11060, per_thread: PerThread::No, symbol: "cuLaunchKernelEx", headers: 3 },
-    PfnRow { name: "cuLaunchKernelEx", version: 11060, per_thread: PerThread::Ptsz, symbol: "cuLaunchKernelEx_ptsz", headers: 3 },
-    PfnRow { name: "cuLibraryEnumerateKernels", version: 12040, per_thread: PerThread::No, symbol: "cuLibraryEnumerateKernels", headers: 2 },
-    PfnRow { name: "cuLibraryGetGlobal", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryGetGlobal", headers: 3 },
-    PfnRow { name: "cuLibraryGetKernel", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryGetKernel", headers: 3 },
-    PfnRow { name: "cuLibraryGetKernelCount", version: 12040, per_thread: PerThread::No, symbol: "cuLibraryGetKernelCount", headers: 2 },
-    PfnRow { name: "cuLibraryGetManaged", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryGetManaged", headers: 3 },
-    PfnRow { name: "cuLibraryGetModule", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryGetModule", headers: 3 },
-    PfnRow { name: "cuLibraryGetUnifiedFunction", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryGetUnifiedFunction", headers: 3 },
-    PfnRow { name: "cuLibraryLoadData", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryLoadData", headers: 3 },
-    PfnRow { name: "cuLibraryLoadFromFile", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryLoadFromFile", headers: 3 },
-    PfnRow { name: "cuLibraryUnload", version: 12000, per_thread: PerThread::No, symbol: "cuLibraryUnload", headers: 3 },
-    PfnRow { name: "cuLinkAddData", version: 5050, per_thread: PerThread::No, symbol: "cuLinkAddData", headers: 3 },
-    PfnRow { name: "cuLinkAddData", version: 6050, per_thread: PerThread::No, symbol: "cuLinkAddData_v2", headers: 3 },
-    PfnRow { name: "cuLinkAddFile", version: 5050, per_thread: PerThread::No, symbol: "cuLinkAddFile", headers: 3 },
-    PfnRow { name: "cuLinkAddFile", version: 6050, per_thread: PerThread::No, symbol: "cuLinkAddFile_v2", headers: 3 },
-    PfnRow { name: "cuLinkComplete", version: 5050, per_thread: PerThread::No, symbol: "cuLinkComplete", headers: 3 },
-    PfnRow { name: "cuLinkCreate", version: 5050, per_thread: PerThread::No, symbol: "cuLinkCreate", headers: 3 },
-    PfnRow { name: "cuLinkCreate", version: 6050, per_thread: PerThread::No, symbol: "cuLinkCreate_v2", headers: 3 },
-    PfnRow { name: "cuLinkDestroy", version: 5050, per_thread: PerThread::No, symbol: "cuLinkDestroy", headers: 3 },
-    PfnRow { name: "cuLogicalEndpointAddDevice", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointAddDevice", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointBindAddr", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointBindAddr", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointBindMem", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointBindMem", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointCreate", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointCreate", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointDestroy", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointDestroy", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointExport", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointExport", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointGetLimits", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointGetLimits", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointIdRelease", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointIdRelease", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointIdReserve", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointIdReserve", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointImport", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointImport", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointQuery", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointQuery", headers: 2 },
-    PfnRow { name: "cuLogicalEndpointUnbind", version: 13030, per_thread: PerThread::No, symbol: "cuLogicalEndpointUnbind", headers: 2 },
-    PfnRow { name: "cuLogsCurrent", version: 12090, per_thread: PerThread::No, symbol: "cuLogsCurrent", headers: 3 },
-    PfnRow { name: "cuLogsDumpToFile", version: 12090, per_thread: PerThread::No, symbol: "cuLogsDumpToFile", headers: 3 },
-    PfnRow { name: "cuLogsDumpToMemory", version: 12090, per_thread: PerThread::No, symbol: "cuLogsDumpToMemory", headers: 3 },
-    PfnRow { name: "cuLogsRegisterCallback", version: 12090, per_thread: PerThread::No, symbol: "cuLogsRegisterCallback", headers: 3 },
-    PfnRow { name: "cuLogsUnregisterCallback", version: 12090, per_thread: PerThread::No, symbol: "cuLogsUnregisterCallback", headers: 3 },
-    PfnRow { name: "cuMemAddressFree", version: 10020, per_thread: PerThread::No, symbol: "cuMemAddressFree", headers: 3 },
-    PfnRow { name: "cuMemAddressReserve", version: 10020, per_thread: PerThread::No, symbol: "cuMemAddressReserve", headers: 3 },
-    PfnRow { name: "cuMemAdvise", version: 8000, per_thread: PerThread::No, symbol: "cuMemAdvise", headers: 3 },
-    PfnRow { name: "cuMemAdvise", version: 12020, per_thread: PerThread::No, symbol: "cuMemAdvise_v2", headers: 3 },
-    PfnRow { name: "cuMemAlloc", version: 2000, per_thread: PerThread::No, symbol: "cuMemAlloc", headers: 3 },
-    PfnRow { name: "cuMemAlloc", version: 3020, per_thread: PerThread::No, symbol: "cuMemAlloc_v2", headers: 3 },
-    PfnRow { name: "cuMemAllocAsync", version: 11020, per_thread: PerThread::No, symbol: "cuMemAllocAsync", headers: 3 },
-    PfnRow { name: "cuMemAllocAsync", version: 11020, per_thread: PerThread::Ptsz, symbol: "cuMemAllocAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemAllocFromPoolAsync", version: 11020, per_thread: PerThread::No, symbol: "cuMemAllocFromPoolAsync", headers: 3 },
-    PfnRow { name: "cuMemAllocFromPoolAsync", version: 11020, per_thread: PerThread::Ptsz, symbol: "cuMemAllocFromPoolAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemAllocHost", version: 2000, per_thread: PerThread::No, symbol: "cuMemAllocHost", headers: 3 },
-    PfnRow { name: "cuMemAllocHost", version: 3020, per_thread: PerThread::No, symbol: "cuMemAllocHost_v2", headers: 3 },
-    PfnRow { name: "cuMemAllocManaged", version: 6000, per_thread: PerThread::No, symbol: "cuMemAllocManaged", headers: 3 },
-    PfnRow { name: "cuMemAllocPitch", version: 2000, per_thread: PerThread::No, symbol: "cuMemAllocPitch", headers: 3 },
-    PfnRow { name: "cuMemAllocPitch", version: 3020, per_thread: PerThread::No, symbol: "cuMemAllocPitch_v2", headers: 3 },
-    PfnRow { name: "cuMemBatchDecompressAsync", version: 12060, per_thread: PerThread::No, symbol: "cuMemBatchDecompressAsync", headers: 3 },
-    PfnRow { name: "cuMemBatchDecompressAsync", version: 12060, per_thread: PerThread::Ptsz, symbol: "cuMemBatchDecompressAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemCreate", version: 10020, per_thread: PerThread::No, symbol: "cuMemCreate", headers: 3 },
-    PfnRow { name: "cuMemDiscardAndPrefetchBatchAsync", version: 13000, per_thread: PerThread::No, symbol: "cuMemDiscardAndPrefetchBatchAsync", headers: 2 },
-    PfnRow { name: "cuMemDiscardAndPrefetchBatchAsync", version: 13000, per_thread: PerThread::Ptsz, symbol: "cuMemDiscardAndPrefetchBatchAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuMemDiscardBatchAsync", version: 13000, per_thread: PerThread::No, symbol: "cuMemDiscardBatchAsync", headers: 2 },
-    PfnRow { name: "cuMemDiscardBatchAsync", version: 13000, per_thread: PerThread::Ptsz, symbol: "cuMemDiscardBatchAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuMemExportToShareableHandle", version: 10020, per_thread: PerThread::No, symbol: "cuMemExportToShareableHandle", headers: 3 },
-    PfnRow { name: "cuMemFree", version: 2000, per_thread: PerThread::No, symbol: "cuMemFree", headers: 3 },
-    PfnRow { name: "cuMemFree", version: 3020, per_thread: PerThread::No, symbol: "cuMemFree_v2", headers: 3 },
-    PfnRow { name: "cuMemFreeAsync", version: 11020, per_thread: PerThread::No, symbol: "cuMemFreeAsync", headers: 3 },
-    PfnRow { name: "cuMemFreeAsync", version: 11020, per_thread: PerThread::Ptsz, symbol: "cuMemFreeAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemFreeHost", version: 2000, per_thread: PerThread::No, symbol: "cuMemFreeHost", headers: 3 },
-    PfnRow { name: "cuMemGetAccess", version: 10020, per_thread: PerThread::No, symbol: "cuMemGetAccess", headers: 3 },
-    PfnRow { name: "cuMemGetAddressRange", version: 2000, per_thread: PerThread::No, symbol: "cuMemGetAddressRange", headers: 3 },
-    PfnRow { name: "cuMemGetAddressRange", version: 3020, per_thread: PerThread::No, symbol: "cuMemGetAddressRange_v2", headers: 3 },
-    PfnRow { name: "cuMemGetAllocationGranularity", version: 10020, per_thread: PerThread::No, symbol: "cuMemGetAllocationGranularity", headers: 3 },
-    PfnRow { name: "cuMemGetAllocationPropertiesFromHandle", version: 10020, per_thread: PerThread::No, symbol: "cuMemGetAllocationPropertiesFromHandle", headers: 3 },
-    PfnRow { name: "cuMemGetDefaultMemPool", version: 13000, per_thread: PerThread::No, symbol: "cuMemGetDefaultMemPool", headers: 2 },
-    PfnRow { name: "cuMemGetHandleForAddressRange", version: 11070, per_thread: PerThread::No, symbol: "cuMemGetHandleForAddressRange", headers: 3 },
-    PfnRow { name: "cuMemGetInfo", version: 2000, per_thread: PerThread::No, symbol: "cuMemGetInfo", headers: 3 },
-    PfnRow { name: "cuMemGetInfo", version: 3020, per_thread: PerThread::No, symbol: "cuMemGetInfo_v2", headers: 3 },
-    PfnRow { name: "cuMemGetLocationInfo", version: 13040, per_thread: PerThread::No, symbol: "cuMemGetLocationInfo", headers: 2 },
-    PfnRow { name: "cuMemGetMemPool", version: 13000, per_thread: PerThread::No, symbol: "cuMemGetMemPool", headers: 2 },
-    PfnRow { name: "cuMemHostAlloc", version: 2020, per_thread: PerThread::No, symbol: "cuMemHostAlloc", headers: 3 },
-    PfnRow { name: "cuMemHostGetDevicePointer", version: 2020, per_thread: PerThread::No, symbol: "cuMemHostGetDevicePointer", headers: 3 },
-    PfnRow { name: "cuMemHostGetDevicePointer", version: 3020, per_thread: PerThread::No, symbol: "cuMemHostGetDevicePointer_v2", headers: 3 },
-    PfnRow { name: "cuMemHostGetFlags", version: 2030, per_thread: PerThread::No, symbol: "cuMemHostGetFlags", headers: 3 },
-    PfnRow { name: "cuMemHostRegister", version: 4000, per_thread: PerThread::No, symbol: "cuMemHostRegister", headers: 3 },
-    PfnRow { name: "cuMemHostRegister", version: 6050, per_thread: PerThread::No, symbol: "cuMemHostRegister_v2", headers: 3 },
-    PfnRow { name: "cuMemHostUnregister", version: 4000, per_thread: PerThread::No, symbol: "cuMemHostUnregister", headers: 3 },
-    PfnRow { name: "cuMemImportFromShareableHandle", version: 10020, per_thread: PerThread::No, symbol: "cuMemImportFromShareableHandle", headers: 3 },
-    PfnRow { name: "cuMemMap", version: 10020, per_thread: PerThread::No, symbol: "cuMemMap", headers: 3 },
-    PfnRow { name: "cuMemMapArrayAsync", version: 11010, per_thread: PerThread::No, symbol: "cuMemMapArrayAsync", headers: 3 },
-    PfnRow { name: "cuMemMapArrayAsync", version: 11010, per_thread: PerThread::Ptsz, symbol: "cuMemMapArrayAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemPoolCreate", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolCreate", headers: 3 },
-    PfnRow { name: "cuMemPoolDestroy", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolDestroy", headers: 3 },
-    PfnRow { name: "cuMemPoolExportPointer", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolExportPointer", headers: 3 },
-    PfnRow { name: "cuMemPoolExportToShareableHandle", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolExportToShareableHandle", headers: 3 },
-    PfnRow { name: "cuMemPoolGetAccess", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolGetAccess", headers: 3 },
-    PfnRow { name: "cuMemPoolGetAttribute", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolGetAttribute", headers: 3 },
-    PfnRow { name: "cuMemPoolImportFromShareableHandle", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolImportFromShareableHandle", headers: 3 },
-    PfnRow { name: "cuMemPoolImportPointer", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolImportPointer", headers: 3 },
-    PfnRow { name: "cuMemPoolSetAccess", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolSetAccess", headers: 3 },
-    PfnRow { name: "cuMemPoolSetAttribute", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolSetAttribute", headers: 3 },
-    PfnRow { name: "cuMemPoolTrimTo", version: 11020, per_thread: PerThread::No, symbol: "cuMemPoolTrimTo", headers: 3 },
-    PfnRow { name: "cuMemPrefetchAsync", version: 8000, per_thread: PerThread::No, symbol: "cuMemPrefetchAsync", headers: 3 },
-    PfnRow { name: "cuMemPrefetchAsync", version: 8000, per_thread: PerThread::Ptsz, symbol: "cuMemPrefetchAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemPrefetchAsync", version: 12020, per_thread: PerThread::No, symbol: "cuMemPrefetchAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemPrefetchAsync", version: 12020, per_thread: PerThread::Ptsz, symbol: "cuMemPrefetchAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemPrefetchBatchAsync", version: 13000, per_thread: PerThread::No, symbol: "cuMemPrefetchBatchAsync", headers: 2 },
-    PfnRow { name: "cuMemPrefetchBatchAsync", version: 13000, per_thread: PerThread::Ptsz, symbol: "cuMemPrefetchBatchAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuMemRangeGetAttribute", version: 8000, per_thread: PerThread::No, symbol: "cuMemRangeGetAttribute", headers: 3 },
-    PfnRow { name: "cuMemRangeGetAttributes", version: 8000, per_thread: PerThread::No, symbol: "cuMemRangeGetAttributes", headers: 3 },
-    PfnRow { name: "cuMemRelease", version: 10020, per_thread: PerThread::No, symbol: "cuMemRelease", headers: 3 },
-    PfnRow { name: "cuMemRetainAllocationHandle", version: 11000, per_thread: PerThread::No, symbol: "cuMemRetainAllocationHandle", headers: 3 },
-    PfnRow { name: "cuMemSetAccess", version: 10020, per_thread: PerThread::No, symbol: "cuMemSetAccess", headers: 3 },
-    PfnRow { name: "cuMemSetMemPool", version: 13000, per_thread: PerThread::No, symbol: "cuMemSetMemPool", headers: 2 },
-    PfnRow { name: "cuMemUnmap", version: 10020, per_thread: PerThread::No, symbol: "cuMemUnmap", headers: 3 },
-    PfnRow { name: "cuMemcpy", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpy", headers: 3 },
-    PfnRow { name: "cuMemcpy", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpy_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpy2D", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpy2D", headers: 3 },
-    PfnRow { name: "cuMemcpy2D", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpy2D_v2", headers: 3 },
-    PfnRow { name: "cuMemcpy2D", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpy2D_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpy2DAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpy2DAsync", headers: 3 },
-    PfnRow { name: "cuMemcpy2DAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpy2DAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpy2DAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpy2DAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpy2DUnaligned", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpy2DUnaligned", headers: 3 },
-    PfnRow { name: "cuMemcpy2DUnaligned", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpy2DUnaligned_v2", headers: 3 },
-    PfnRow { name: "cuMemcpy2DUnaligned", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpy2DUnaligned_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpy3D", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpy3D", headers: 3 },
-    PfnRow { name: "cuMemcpy3D", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpy3D_v2", headers: 3 },
-    PfnRow { name: "cuMemcpy3D", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpy3D_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpy3DAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpy3DAsync", headers: 3 },
-    PfnRow { name: "cuMemcpy3DAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpy3DAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpy3DAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpy3DAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpy3DBatchAsync", version: 12080, per_thread: PerThread::No, symbol: "cuMemcpy3DBatchAsync", headers: 3 },
-    PfnRow { name: "cuMemcpy3DBatchAsync", version: 12080, per_thread: PerThread::Ptsz, symbol: "cuMemcpy3DBatchAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpy3DBatchAsync", version: 13000, per_thread: PerThread::No, symbol: "cuMemcpy3DBatchAsync_v2", headers: 2 },
-    PfnRow { name: "cuMemcpy3DBatchAsync", version: 13000, per_thread: PerThread::Ptsz, symbol: "cuMemcpy3DBatchAsync_v2_ptsz", headers: 2 },
-    PfnRow { name: "cuMemcpy3DPeer", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpy3DPeer", headers: 3 },
-    PfnRow { name: "cuMemcpy3DPeer", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpy3DPeer_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpy3DPeerAsync", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpy3DPeerAsync", headers: 3 },
-    PfnRow { name: "cuMemcpy3DPeerAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpy3DPeerAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpy3DWithAttributesAsync", version: 13020, per_thread: PerThread::No, symbol: "cuMemcpy3DWithAttributesAsync", headers: 2 },
-    PfnRow { name: "cuMemcpy3DWithAttributesAsync", version: 13020, per_thread: PerThread::Ptsz, symbol: "cuMemcpy3DWithAttributesAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuMemcpyAsync", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpyAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoA", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyAtoA", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoA", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyAtoA_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoA", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyAtoA_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoD", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyAtoD", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoD", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyAtoD_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoD", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyAtoD_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoH", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyAtoH", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoH", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyAtoH_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoH", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyAtoH_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoHAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyAtoHAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoHAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyAtoHAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyAtoHAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyAtoHAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyBatchAsync", version: 12080, per_thread: PerThread::No, symbol: "cuMemcpyBatchAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyBatchAsync", version: 12080, per_thread: PerThread::Ptsz, symbol: "cuMemcpyBatchAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyBatchAsync", version: 13000, per_thread: PerThread::No, symbol: "cuMemcpyBatchAsync_v2", headers: 2 },
-    PfnRow { name: "cuMemcpyBatchAsync", version: 13000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyBatchAsync_v2_ptsz", headers: 2 },
-    PfnRow { name: "cuMemcpyDtoA", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyDtoA", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoA", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyDtoA_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoA", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyDtoA_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoD", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyDtoD", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoD", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyDtoD_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoD", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyDtoD_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoDAsync", version: 3000, per_thread: PerThread::No, symbol: "cuMemcpyDtoDAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoDAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyDtoDAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoDAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyDtoDAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoH", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyDtoH", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoH", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyDtoH_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoH", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyDtoH_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoHAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyDtoHAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoHAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyDtoHAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyDtoHAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyDtoHAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoA", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyHtoA", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoA", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyHtoA_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoA", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyHtoA_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoAAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyHtoAAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoAAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyHtoAAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoAAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyHtoAAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoD", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyHtoD", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoD", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyHtoD_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoD", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyHtoD_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoDAsync", version: 2000, per_thread: PerThread::No, symbol: "cuMemcpyHtoDAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoDAsync", version: 3020, per_thread: PerThread::No, symbol: "cuMemcpyHtoDAsync_v2", headers: 3 },
-    PfnRow { name: "cuMemcpyHtoDAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyHtoDAsync_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyPeer", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpyPeer", headers: 3 },
-    PfnRow { name: "cuMemcpyPeer", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemcpyPeer_ptds", headers: 3 },
-    PfnRow { name: "cuMemcpyPeerAsync", version: 4000, per_thread: PerThread::No, symbol: "cuMemcpyPeerAsync", headers: 3 },
-    PfnRow { name: "cuMemcpyPeerAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemcpyPeerAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuMemcpyWithAttributesAsync", version: 13020, per_thread: PerThread::No, symbol: "cuMemcpyWithAttributesAsync", headers: 2 },
-    PfnRow { name: "cuMemcpyWithAttributesAsync", version: 13020, per_thread: PerThread::Ptsz, symbol: "cuMemcpyWithAttributesAsync_ptsz", headers: 2 },
-    PfnRow { name: "cuMemsetD16", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD16", headers: 3 },
-    PfnRow { name: "cuMemsetD16", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD16_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD16", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD16_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD16Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD16Async", headers: 3 },
-    PfnRow { name: "cuMemsetD16Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD16Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMemsetD2D16", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD2D16", headers: 3 },
-    PfnRow { name: "cuMemsetD2D16", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D16_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD2D16", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD2D16_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD2D16Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D16Async", headers: 3 },
-    PfnRow { name: "cuMemsetD2D16Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD2D16Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMemsetD2D32", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD2D32", headers: 3 },
-    PfnRow { name: "cuMemsetD2D32", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D32_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD2D32", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD2D32_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD2D32Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D32Async", headers: 3 },
-    PfnRow { name: "cuMemsetD2D32Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD2D32Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMemsetD2D8", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD2D8", headers: 3 },
-    PfnRow { name: "cuMemsetD2D8", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D8_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD2D8", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD2D8_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD2D8Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD2D8Async", headers: 3 },
-    PfnRow { name: "cuMemsetD2D8Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD2D8Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMemsetD32", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD32", headers: 3 },
-    PfnRow { name: "cuMemsetD32", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD32_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD32", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD32_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD32Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD32Async", headers: 3 },
-    PfnRow { name: "cuMemsetD32Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD32Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMemsetD8", version: 2000, per_thread: PerThread::No, symbol: "cuMemsetD8", headers: 3 },
-    PfnRow { name: "cuMemsetD8", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD8_v2", headers: 3 },
-    PfnRow { name: "cuMemsetD8", version: 7000, per_thread: PerThread::Ptds, symbol: "cuMemsetD8_v2_ptds", headers: 3 },
-    PfnRow { name: "cuMemsetD8Async", version: 3020, per_thread: PerThread::No, symbol: "cuMemsetD8Async", headers: 3 },
-    PfnRow { name: "cuMemsetD8Async", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuMemsetD8Async_ptsz", headers: 3 },
-    PfnRow { name: "cuMipmappedArrayCreate", version: 5000, per_thread: PerThread::No, symbol: "cuMipmappedArrayCreate", headers: 3 },
-    PfnRow { name: "cuMipmappedArrayDestroy", version: 5000, per_thread: PerThread::No, symbol: "cuMipmappedArrayDestroy", headers: 3 },
-    PfnRow { name: "cuMipmappedArrayGetLevel", version: 5000, per_thread: PerThread::No, symbol: "cuMipmappedArrayGetLevel", headers: 3 },
-    PfnRow { name: "cuMipmappedArrayGetMemoryRequirements", version: 11060, per_thread: PerThread::No, symbol: "cuMipmappedArrayGetMemoryRequirements", headers: 3 },
-    PfnRow { name: "cuMipmappedArrayGetSparseProperties", version: 11010, per_thread: PerThread::No, symbol: "cuMipmappedArrayGetSparseProperties", headers: 3 },
-    PfnRow { name: "cuModuleEnumerateFunctions", version: 12040, per_thread: PerThread::No, symbol: "cuModuleEnumerateFunctions", headers: 2 },
-    PfnRow { name: "cuModuleGetFunction", version: 2000, per_thread: PerThread::No, symbol: "cuModuleGetFunction", headers: 3 },
-    PfnRow { name: "cuModuleGetFunctionCount", version: 12040, per_thread: PerThread::No, symbol: "cuModuleGetFunctionCount", headers: 2 },
-    PfnRow { name: "cuModuleGetGlobal", version: 2000, per_thread: PerThread::No, symbol: "cuModuleGetGlobal", headers: 3 },
-    PfnRow { name: "cuModuleGetGlobal", version: 3020, per_thread: PerThread::No, symbol: "cuModuleGetGlobal_v2", headers: 3 },
-    PfnRow { name: "cuModuleGetLoadingMode", version: 11070, per_thread: PerThread::No, symbol: "cuModuleGetLoadingMode", headers: 3 },
-    PfnRow { name: "cuModuleGetSurfRef", version: 3000, per_thread: PerThread::No, symbol: "cuModuleGetSurfRef", headers: 3 },
-    PfnRow { name: "cuModuleGetTexRef", version: 2000, per_thread: PerThread::No, symbol: "cuModuleGetTexRef", headers: 3 },
-    PfnRow { name: "cuModuleLoad", version: 2000, per_thread: PerThread::No, symbol: "cuModuleLoad", headers: 3 },
-    PfnRow { name: "cuModuleLoadData", version: 2000, per_thread: PerThread::No, symbol: "cuModuleLoadData", headers: 3 },
-    PfnRow { name: "cuModuleLoadDataEx", version: 2010, per_thread: PerThread::No, symbol: "cuModuleLoadDataEx", headers: 3 },
-    PfnRow { name: "cuModuleLoadFatBinary", version: 2000, per_thread: PerThread::No, symbol: "cuModuleLoadFatBinary", headers: 3 },
-    PfnRow { name: "cuModuleUnload", version: 2000, per_thread: PerThread::No, symbol: "cuModuleUnload", headers: 3 },
-    PfnRow { name: "cuMulticastAddDevice", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastAddDevice", headers: 3 },
-    PfnRow { name: "cuMulticastBindAddr", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastBindAddr", headers: 3 },
-    PfnRow { name: "cuMulticastBindAddr", version: 13010, per_thread: PerThread::No, symbol: "cuMulticastBindAddr_v2", headers: 2 },
-    PfnRow { name: "cuMulticastBindMem", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastBindMem", headers: 3 },
-    PfnRow { name: "cuMulticastBindMem", version: 13010, per_thread: PerThread::No, symbol: "cuMulticastBindMem_v2", headers: 2 },
-    PfnRow { name: "cuMulticastCreate", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastCreate", headers: 3 },
-    PfnRow { name: "cuMulticastGetGranularity", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastGetGranularity", headers: 3 },
-    PfnRow { name: "cuMulticastUnbind", version: 12010, per_thread: PerThread::No, symbol: "cuMulticastUnbind", headers: 3 },
-    PfnRow { name: "cuOccupancyAvailableDynamicSMemPerBlock", version: 10020, per_thread: PerThread::No, symbol: "cuOccupancyAvailableDynamicSMemPerBlock", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxActiveBlocksPerMultiprocessor", version: 6050, per_thread: PerThread::No, symbol: "cuOccupancyMaxActiveBlocksPerMultiprocessor", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", version: 7000, per_thread: PerThread::No, symbol: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxActiveClusters", version: 11070, per_thread: PerThread::No, symbol: "cuOccupancyMaxActiveClusters", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxPotentialBlockSize", version: 6050, per_thread: PerThread::No, symbol: "cuOccupancyMaxPotentialBlockSize", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxPotentialBlockSizeWithFlags", version: 7000, per_thread: PerThread::No, symbol: "cuOccupancyMaxPotentialBlockSizeWithFlags", headers: 3 },
-    PfnRow { name: "cuOccupancyMaxPotentialClusterSize", version: 11070, per_thread: PerThread::No, symbol: "cuOccupancyMaxPotentialClusterSize", headers: 3 },
-    PfnRow { name: "cuParamSetSize", version: 2000, per_thread: PerThread::No, symbol: "cuParamSetSize", headers: 3 },
-    PfnRow { name: "cuParamSetTexRef", version: 2000, per_thread: PerThread::No, symbol: "cuParamSetTexRef", headers: 3 },
-    PfnRow { name: "cuParamSetf", version: 2000, per_thread: PerThread::No, symbol: "cuParamSetf", headers: 3 },
-    PfnRow { name: "cuParamSeti", version: 2000, per_thread: PerThread::No, symbol: "cuParamSeti", headers: 3 },
-    PfnRow { name: "cuParamSetv", version: 2000, per_thread: PerThread::No, symbol: "cuParamSetv", headers: 3 },
-    PfnRow { name: "cuPointerGetAttribute", version: 4000, per_thread: PerThread::No, symbol: "cuPointerGetAttribute", headers: 3 },
-    PfnRow { name: "cuPointerGetAttributes", version: 7000, per_thread: PerThread::No, symbol: "cuPointerGetAttributes", headers: 3 },
-    PfnRow { name: "cuPointerSetAttribute", version: 6000, per_thread: PerThread::No, symbol: "cuPointerSetAttribute", headers: 3 },
-    PfnRow { name: "cuProfilerInitialize", version: 4000, per_thread: PerThread::No, symbol: "cuProfilerInitialize", headers: 3 },
-    PfnRow { name: "cuProfilerStart", version: 4000, per_thread: PerThread::No, symbol: "cuProfilerStart", headers: 3 },
-    PfnRow { name: "cuProfilerStop", version: 4000, per_thread: PerThread::No, symbol: "cuProfilerStop", headers: 3 },
-    PfnRow { name: "cuSignalExternalSemaphoresAsync", version: 10000, per_thread: PerThread::No, symbol: "cuSignalExternalSemaphoresAsync", headers: 3 },
-    PfnRow { name: "cuSignalExternalSemaphoresAsync", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuSignalExternalSemaphoresAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamAddCallback", version: 5000, per_thread: PerThread::No, symbol: "cuStreamAddCallback", headers: 3 },
-    PfnRow { name: "cuStreamAddCallback", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamAddCallback_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamAttachMemAsync", version: 6000, per_thread: PerThread::No, symbol: "cuStreamAttachMemAsync", headers: 3 },
-    PfnRow { name: "cuStreamAttachMemAsync", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamAttachMemAsync_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBatchMemOp", version: 8000, per_thread: PerThread::No, symbol: "cuStreamBatchMemOp", headers: 3 },
-    PfnRow { name: "cuStreamBatchMemOp", version: 8000, per_thread: PerThread::Ptsz, symbol: "cuStreamBatchMemOp_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBatchMemOp", version: 11070, per_thread: PerThread::No, symbol: "cuStreamBatchMemOp_v2", headers: 3 },
-    PfnRow { name: "cuStreamBatchMemOp", version: 11070, per_thread: PerThread::Ptsz, symbol: "cuStreamBatchMemOp_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBeginCapture", version: 10000, per_thread: PerThread::No, symbol: "cuStreamBeginCapture", headers: 3 },
-    PfnRow { name: "cuStreamBeginCapture", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuStreamBeginCapture_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBeginCapture", version: 10010, per_thread: PerThread::No, symbol: "cuStreamBeginCapture_v2", headers: 3 },
-    PfnRow { name: "cuStreamBeginCapture", version: 10010, per_thread: PerThread::Ptsz, symbol: "cuStreamBeginCapture_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBeginCaptureToCig", version: 13010, per_thread: PerThread::No, symbol: "cuStreamBeginCaptureToCig", headers: 2 },
-    PfnRow { name: "cuStreamBeginCaptureToCig", version: 13010, per_thread: PerThread::Ptsz, symbol: "cuStreamBeginCaptureToCig_ptsz", headers: 2 },
-    PfnRow { name: "cuStreamBeginCaptureToGraph", version: 12030, per_thread: PerThread::No, symbol: "cuStreamBeginCaptureToGraph", headers: 3 },
-    PfnRow { name: "cuStreamBeginCaptureToGraph", version: 12030, per_thread: PerThread::Ptsz, symbol: "cuStreamBeginCaptureToGraph_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamBeginRecaptureToGraph", version: 13030, per_thread: PerThread::No, symbol: "cuStreamBeginRecaptureToGraph", headers: 2 },
-    PfnRow { name: "cuStreamBeginRecaptureToGraph", version: 13030, per_thread: PerThread::Ptsz, symbol: "cuStreamBeginRecaptureToGraph_ptsz", headers: 2 },
-    PfnRow { name: "cuStreamCopyAttributes", version: 11000, per_thread: PerThread::No, symbol: "cuStreamCopyAttributes", headers: 3 },
-    PfnRow { name: "cuStreamCopyAttributes", version: 11000, per_thread: PerThread::Ptsz, symbol: "cuStreamCopyAttributes_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamCreate", version: 2000, per_thread: PerThread::No, symbol: "cuStreamCreate", headers: 3 },
-    PfnRow { name: "cuStreamCreateWithPriority", version: 5050, per_thread: PerThread::No, symbol: "cuStreamCreateWithPriority", headers: 3 },
-    PfnRow { name: "cuStreamDestroy", version: 2000, per_thread: PerThread::No, symbol: "cuStreamDestroy", headers: 3 },
-    PfnRow { name: "cuStreamDestroy", version: 4000, per_thread: PerThread::No, symbol: "cuStreamDestroy_v2", headers: 3 },
-    PfnRow { name: "cuStreamEndCapture", version: 10000, per_thread: PerThread::No, symbol: "cuStreamEndCapture", headers: 3 },
-    PfnRow { name: "cuStreamEndCapture", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuStreamEndCapture_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamEndCaptureToCig", version: 13010, per_thread: PerThread::No, symbol: "cuStreamEndCaptureToCig", headers: 2 },
-    PfnRow { name: "cuStreamEndCaptureToCig", version: 13010, per_thread: PerThread::Ptsz, symbol: "cuStreamEndCaptureToCig_ptsz", headers: 2 },
-    PfnRow { name: "cuStreamGetAttribute", version: 11000, per_thread: PerThread::No, symbol: "cuStreamGetAttribute", headers: 3 },
-    PfnRow { name: "cuStreamGetAttribute", version: 11000, per_thread: PerThread::Ptsz, symbol: "cuStreamGetAttribute_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 10010, per_thread: PerThread::No, symbol: "cuStreamGetCaptureInfo", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 10010, per_thread: PerThread::Ptsz, symbol: "cuStreamGetCaptureInfo_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 11030, per_thread: PerThread::No, symbol: "cuStreamGetCaptureInfo_v2", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 11030, per_thread: PerThread::Ptsz, symbol: "cuStreamGetCaptureInfo_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 12030, per_thread: PerThread::No, symbol: "cuStreamGetCaptureInfo_v3", headers: 3 },
-    PfnRow { name: "cuStreamGetCaptureInfo", version: 12030, per_thread: PerThread::Ptsz, symbol: "cuStreamGetCaptureInfo_v3_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetCtx", version: 9020, per_thread: PerThread::No, symbol: "cuStreamGetCtx", headers: 3 },
-    PfnRow { name: "cuStreamGetCtx", version: 9020, per_thread: PerThread::Ptsz, symbol: "cuStreamGetCtx_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetCtx", version: 12050, per_thread: PerThread::No, symbol: "cuStreamGetCtx_v2", headers: 3 },
-    PfnRow { name: "cuStreamGetCtx", version: 12050, per_thread: PerThread::Ptsz, symbol: "cuStreamGetCtx_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetDevResource", version: 13010, per_thread: PerThread::No, symbol: "cuStreamGetDevResource", headers: 2 },
-    PfnRow { name: "cuStreamGetDevResource", version: 13010, per_thread: PerThread::Ptsz, symbol: "cuStreamGetDevResource_ptsz", headers: 2 },
-    PfnRow { name: "cuStreamGetDevice", version: 12080, per_thread: PerThread::No, symbol: "cuStreamGetDevice", headers: 3 },
-    PfnRow { name: "cuStreamGetDevice", version: 12080, per_thread: PerThread::Ptsz, symbol: "cuStreamGetDevice_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetFlags", version: 5050, per_thread: PerThread::No, symbol: "cuStreamGetFlags", headers: 3 },
-    PfnRow { name: "cuStreamGetFlags", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamGetFlags_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetGreenCtx", version: 12040, per_thread: PerThread::No, symbol: "cuStreamGetGreenCtx", headers: 3 },
-    PfnRow { name: "cuStreamGetId", version: 12000, per_thread: PerThread::No, symbol: "cuStreamGetId", headers: 3 },
-    PfnRow { name: "cuStreamGetId", version: 12000, per_thread: PerThread::Ptsz, symbol: "cuStreamGetId_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamGetPriority", version: 5050, per_thread: PerThread::No, symbol: "cuStreamGetPriority", headers: 3 },
-    PfnRow { name: "cuStreamGetPriority", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamGetPriority_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamIsCapturing", version: 10000, per_thread: PerThread::No, symbol: "cuStreamIsCapturing", headers: 3 },
-    PfnRow { name: "cuStreamIsCapturing", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuStreamIsCapturing_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamQuery", version: 2000, per_thread: PerThread::No, symbol: "cuStreamQuery", headers: 3 },
-    PfnRow { name: "cuStreamQuery", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamQuery_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamSetAttribute", version: 11000, per_thread: PerThread::No, symbol: "cuStreamSetAttribute", headers: 3 },
-    PfnRow { name: "cuStreamSetAttribute", version: 11000, per_thread: PerThread::Ptsz, symbol: "cuStreamSetAttribute_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamSynchronize", version: 2000, per_thread: PerThread::No, symbol: "cuStreamSynchronize", headers: 3 },
-    PfnRow { name: "cuStreamSynchronize", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamSynchronize_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamUpdateCaptureDependencies", version: 11030, per_thread: PerThread::No, symbol: "cuStreamUpdateCaptureDependencies", headers: 3 },
-    PfnRow { name: "cuStreamUpdateCaptureDependencies", version: 11030, per_thread: PerThread::Ptsz, symbol: "cuStreamUpdateCaptureDependencies_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamUpdateCaptureDependencies", version: 12030, per_thread: PerThread::No, symbol: "cuStreamUpdateCaptureDependencies_v2", headers: 3 },
-    PfnRow { name: "cuStreamUpdateCaptureDependencies", version: 12030, per_thread: PerThread::Ptsz, symbol: "cuStreamUpdateCaptureDependencies_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWaitEvent", version: 3020, per_thread: PerThread::No, symbol: "cuStreamWaitEvent", headers: 3 },
-    PfnRow { name: "cuStreamWaitEvent", version: 7000, per_thread: PerThread::Ptsz, symbol: "cuStreamWaitEvent_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue32", version: 8000, per_thread: PerThread::No, symbol: "cuStreamWaitValue32", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue32", version: 8000, per_thread: PerThread::Ptsz, symbol: "cuStreamWaitValue32_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue32", version: 11070, per_thread: PerThread::No, symbol: "cuStreamWaitValue32_v2", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue32", version: 11070, per_thread: PerThread::Ptsz, symbol: "cuStreamWaitValue32_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue64", version: 9000, per_thread: PerThread::No, symbol: "cuStreamWaitValue64", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue64", version: 9000, per_thread: PerThread::Ptsz, symbol: "cuStreamWaitValue64_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue64", version: 11070, per_thread: PerThread::No, symbol: "cuStreamWaitValue64_v2", headers: 3 },
-    PfnRow { name: "cuStreamWaitValue64", version: 11070, per_thread: PerThread::Ptsz, symbol: "cuStreamWaitValue64_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue32", version: 8000, per_thread: PerThread::No, symbol: "cuStreamWriteValue32", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue32", version: 8000, per_thread: PerThread::Ptsz, symbol: "cuStreamWriteValue32_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue32", version: 11070, per_thread: PerThread::No, symbol: "cuStreamWriteValue32_v2", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue32", version: 11070, per_thread: PerThread::Ptsz, symbol: "cuStreamWriteValue32_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue64", version: 9000, per_thread: PerThread::No, symbol: "cuStreamWriteValue64", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue64", version: 9000, per_thread: PerThread::Ptsz, symbol: "cuStreamWriteValue64_ptsz", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue64", version: 11070, per_thread: PerThread::No, symbol: "cuStreamWriteValue64_v2", headers: 3 },
-    PfnRow { name: "cuStreamWriteValue64", version: 11070, per_thread: PerThread::Ptsz, symbol: "cuStreamWriteValue64_v2_ptsz", headers: 3 },
-    PfnRow { name: "cuSurfObjectCreate", version: 5000, per_thread: PerThread::No, symbol: "cuSurfObjectCreate", headers: 3 },
-    PfnRow { name: "cuSurfObjectDestroy", version: 5000, per_thread: PerThread::No, symbol: "cuSurfObjectDestroy", headers: 3 },
-    PfnRow { name: "cuSurfObjectGetResourceDesc", version: 5000, per_thread: PerThread::No, symbol: "cuSurfObjectGetResourceDesc", headers: 3 },
-    PfnRow { name: "cuSurfRefGetArray", version: 3000, per_thread: PerThread::No, symbol: "cuSurfRefGetArray", headers: 3 },
-    PfnRow { name: "cuSurfRefSetArray", version: 3000, per_thread: PerThread::No, symbol: "cuSurfRefSetArray", headers: 3 },
-    PfnRow { name: "cuTensorMapEncodeIm2col", version: 12000, per_thread: PerThread::No, symbol: "cuTensorMapEncodeIm2col", headers: 3 },
-    PfnRow { name: "cuTensorMapEncodeIm2colWide", version: 12080, per_thread: PerThread::No, symbol: "cuTensorMapEncodeIm2colWide", headers: 3 },
-    PfnRow { name: "cuTensorMapEncodeTiled", version: 12000, per_thread: PerThread::No, symbol: "cuTensorMapEncodeTiled", headers: 3 },
-    PfnRow { name: "cuTensorMapReplaceAddress", version: 12000, per_thread: PerThread::No, symbol: "cuTensorMapReplaceAddress", headers: 3 },
-    PfnRow { name: "cuTensorMapSetAllocationClass", version: 13050, per_thread: PerThread::No, symbol: "cuTensorMapSetAllocationClass", headers: 2 },
-    PfnRow { name: "cuTexObjectCreate", version: 5000, per_thread: PerThread::No, symbol: "cuTexObjectCreate", headers: 3 },
-    PfnRow { name: "cuTexObjectDestroy", version: 5000, per_thread: PerThread::No, symbol: "cuTexObjectDestroy", headers: 3 },
-    PfnRow { name: "cuTexObjectGetResourceDesc", version: 5000, per_thread: PerThread::No, symbol: "cuTexObjectGetResourceDesc", headers: 3 },
-    PfnRow { name: "cuTexObjectGetResourceViewDesc", version: 5000, per_thread: PerThread::No, symbol: "cuTexObjectGetResourceViewDesc", headers: 3 },
-    PfnRow { name: "cuTexObjectGetTextureDesc", version: 5000, per_thread: PerThread::No, symbol: "cuTexObjectGetTextureDesc", headers: 3 },
-    PfnRow { name: "cuTexRefCreate", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefCreate", headers: 3 },
-    PfnRow { name: "cuTexRefDestroy", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefDestroy", headers: 3 },
-    PfnRow { name: "cuTexRefGetAddress", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetAddress", headers: 3 },
-    PfnRow { name: "cuTexRefGetAddress", version: 3020, per_thread: PerThread::No, symbol: "cuTexRefGetAddress_v2", headers: 3 },
-    PfnRow { name: "cuTexRefGetAddressMode", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetAddressMode", headers: 3 },
-    PfnRow { name: "cuTexRefGetArray", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetArray", headers: 3 },
-    PfnRow { name: "cuTexRefGetBorderColor", version: 8000, per_thread: PerThread::No, symbol: "cuTexRefGetBorderColor", headers: 3 },
-    PfnRow { name: "cuTexRefGetFilterMode", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetFilterMode", headers: 3 },
-    PfnRow { name: "cuTexRefGetFlags", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetFlags", headers: 3 },
-    PfnRow { name: "cuTexRefGetFormat", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefGetFormat", headers: 3 },
-    PfnRow { name: "cuTexRefGetMaxAnisotropy", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefGetMaxAnisotropy", headers: 3 },
-    PfnRow { name: "cuTexRefGetMipmapFilterMode", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefGetMipmapFilterMode", headers: 3 },
-    PfnRow { name: "cuTexRefGetMipmapLevelBias", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefGetMipmapLevelBias", headers: 3 },
-    PfnRow { name: "cuTexRefGetMipmapLevelClamp", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefGetMipmapLevelClamp", headers: 3 },
-    PfnRow { name: "cuTexRefGetMipmappedArray", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefGetMipmappedArray", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddress", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetAddress", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddress", version: 3020, per_thread: PerThread::No, symbol: "cuTexRefSetAddress_v2", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddress2D", version: 2020, per_thread: PerThread::No, symbol: "cuTexRefSetAddress2D", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddress2D", version: 3020, per_thread: PerThread::No, symbol: "cuTexRefSetAddress2D_v2", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddress2D", version: 4010, per_thread: PerThread::No, symbol: "cuTexRefSetAddress2D_v3", headers: 3 },
-    PfnRow { name: "cuTexRefSetAddressMode", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetAddressMode", headers: 3 },
-    PfnRow { name: "cuTexRefSetArray", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetArray", headers: 3 },
-    PfnRow { name: "cuTexRefSetBorderColor", version: 8000, per_thread: PerThread::No, symbol: "cuTexRefSetBorderColor", headers: 3 },
-    PfnRow { name: "cuTexRefSetFilterMode", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetFilterMode", headers: 3 },
-    PfnRow { name: "cuTexRefSetFlags", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetFlags", headers: 3 },
-    PfnRow { name: "cuTexRefSetFormat", version: 2000, per_thread: PerThread::No, symbol: "cuTexRefSetFormat", headers: 3 },
-    PfnRow { name: "cuTexRefSetMaxAnisotropy", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefSetMaxAnisotropy", headers: 3 },
-    PfnRow { name: "cuTexRefSetMipmapFilterMode", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefSetMipmapFilterMode", headers: 3 },
-    PfnRow { name: "cuTexRefSetMipmapLevelBias", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefSetMipmapLevelBias", headers: 3 },
-    PfnRow { name: "cuTexRefSetMipmapLevelClamp", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefSetMipmapLevelClamp", headers: 3 },
-    PfnRow { name: "cuTexRefSetMipmappedArray", version: 5000, per_thread: PerThread::No, symbol: "cuTexRefSetMipmappedArray", headers: 3 },
-    PfnRow { name: "cuThreadExchangeStreamCaptureMode", version: 10010, per_thread: PerThread::No, symbol: "cuThreadExchangeStreamCaptureMode", headers: 3 },
-    PfnRow { name: "cuUserObjectCreate", version: 11030, per_thread: PerThread::No, symbol: "cuUserObjectCreate", headers: 3 },
-    PfnRow { name: "cuUserObjectRelease", version: 11030, per_thread: PerThread::No, symbol: "cuUserObjectRelease", headers: 3 },
-    PfnRow { name: "cuUserObjectRetain", version: 11030, per_thread: PerThread::No, symbol: "cuUserObjectRetain", headers: 3 },
-    PfnRow { name: "cuVDPAUCtxCreate", version: 3010, per_thread: PerThread::No, symbol: "cuVDPAUCtxCreate", headers: 3 },
-    PfnRow { name: "cuVDPAUCtxCreate", version: 3020, per_thread: PerThread::No, symbol: "cuVDPAUCtxCreate_v2", headers: 3 },
-    PfnRow { name: "cuVDPAUGetDevice", version: 3010, per_thread: PerThread::No, symbol: "cuVDPAUGetDevice", headers: 3 },
-    PfnRow { name: "cuWGLGetDevice", version: 2020, per_thread: PerThread::No, symbol: "cuWGLGetDevice", headers: 3 },
-    PfnRow { name: "cuWaitExternalSemaphoresAsync", version: 10000, per_thread: PerThread::No, symbol: "cuWaitExternalSemaphoresAsync", headers: 3 },
-    PfnRow { name: "cuWaitExternalSemaphoresAsync", version: 10000, per_thread: PerThread::Ptsz, symbol: "cuWaitExternalSemaphoresAsync_ptsz", headers: 3 },
+    PfnRow { at: 0, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuArray3DCreate
+    PfnRow { at: 15, len: 18, name_len: 15, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuArray3DCreate_v2
+    PfnRow { at: 33, len: 22, name_len: 22, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuArray3DGetDescriptor
+    PfnRow { at: 55, len: 25, name_len: 22, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuArray3DGetDescriptor_v2
+    PfnRow { at: 80, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuArrayCreate
+    PfnRow { at: 93, len: 16, name_len: 13, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuArrayCreate_v2
+    PfnRow { at: 109, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuArrayDestroy
+    PfnRow { at: 123, len: 20, name_len: 20, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuArrayGetDescriptor
+    PfnRow { at: 143, len: 23, name_len: 20, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuArrayGetDescriptor_v2
+    PfnRow { at: 166, len: 28, name_len: 28, version: 11060, per_thread: PerThread::No, headers: 3 }, // cuArrayGetMemoryRequirements
+    PfnRow { at: 194, len: 15, name_len: 15, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuArrayGetPlane
+    PfnRow { at: 209, len: 26, name_len: 26, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuArrayGetSparseProperties
+    PfnRow { at: 235, len: 29, name_len: 29, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuCheckpointOperationComplete
+    PfnRow { at: 264, len: 29, name_len: 29, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessCheckpoint
+    PfnRow { at: 293, len: 37, name_len: 37, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessGetRestoreThreadId
+    PfnRow { at: 330, len: 27, name_len: 27, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessGetState
+    PfnRow { at: 357, len: 23, name_len: 23, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessLock
+    PfnRow { at: 380, len: 26, name_len: 26, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessRestore
+    PfnRow { at: 406, len: 25, name_len: 25, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuCheckpointProcessUnlock
+    PfnRow { at: 431, len: 36, name_len: 36, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuCoredumpDeregisterCompleteCallback
+    PfnRow { at: 467, len: 33, name_len: 33, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuCoredumpDeregisterStartCallback
+    PfnRow { at: 500, len: 22, name_len: 22, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuCoredumpGetAttribute
+    PfnRow { at: 522, len: 28, name_len: 28, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuCoredumpGetAttributeGlobal
+    PfnRow { at: 550, len: 34, name_len: 34, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuCoredumpRegisterCompleteCallback
+    PfnRow { at: 584, len: 31, name_len: 31, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuCoredumpRegisterStartCallback
+    PfnRow { at: 615, len: 22, name_len: 22, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuCoredumpSetAttribute
+    PfnRow { at: 637, len: 28, name_len: 28, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuCoredumpSetAttributeGlobal
+    PfnRow { at: 665, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxAttach
+    PfnRow { at: 676, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxCreate
+    PfnRow { at: 687, len: 14, name_len: 11, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuCtxCreate_v2
+    PfnRow { at: 701, len: 14, name_len: 11, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuCtxCreate_v3
+    PfnRow { at: 715, len: 14, name_len: 11, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuCtxCreate_v4
+    PfnRow { at: 729, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxDestroy
+    PfnRow { at: 741, len: 15, name_len: 12, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxDestroy_v2
+    PfnRow { at: 756, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxDetach
+    PfnRow { at: 767, len: 22, name_len: 22, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxDisablePeerAccess
+    PfnRow { at: 789, len: 21, name_len: 21, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxEnablePeerAccess
+    PfnRow { at: 810, len: 17, name_len: 17, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuCtxFromGreenCtx
+    PfnRow { at: 827, len: 18, name_len: 18, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuCtxGetApiVersion
+    PfnRow { at: 845, len: 19, name_len: 19, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuCtxGetCacheConfig
+    PfnRow { at: 864, len: 15, name_len: 15, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxGetCurrent
+    PfnRow { at: 879, len: 19, name_len: 19, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuCtxGetDevResource
+    PfnRow { at: 898, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxGetDevice
+    PfnRow { at: 912, len: 17, name_len: 14, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuCtxGetDevice_v2
+    PfnRow { at: 929, len: 20, name_len: 20, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuCtxGetExecAffinity
+    PfnRow { at: 949, len: 13, name_len: 13, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuCtxGetFlags
+    PfnRow { at: 962, len: 10, name_len: 10, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuCtxGetId
+    PfnRow { at: 972, len: 13, name_len: 13, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuCtxGetLimit
+    PfnRow { at: 985, len: 23, name_len: 23, version: 4020, per_thread: PerThread::No, headers: 3 }, // cuCtxGetSharedMemConfig
+    PfnRow { at: 1008, len: 27, name_len: 27, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuCtxGetStreamPriorityRange
+    PfnRow { at: 1035, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxPopCurrent
+    PfnRow { at: 1050, len: 18, name_len: 15, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxPopCurrent_v2
+    PfnRow { at: 1068, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxPushCurrent
+    PfnRow { at: 1084, len: 19, name_len: 16, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxPushCurrent_v2
+    PfnRow { at: 1103, len: 16, name_len: 16, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuCtxRecordEvent
+    PfnRow { at: 1119, len: 27, name_len: 27, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuCtxResetPersistingL2Cache
+    PfnRow { at: 1146, len: 19, name_len: 19, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuCtxSetCacheConfig
+    PfnRow { at: 1165, len: 15, name_len: 15, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuCtxSetCurrent
+    PfnRow { at: 1180, len: 13, name_len: 13, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuCtxSetFlags
+    PfnRow { at: 1193, len: 13, name_len: 13, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuCtxSetLimit
+    PfnRow { at: 1206, len: 23, name_len: 23, version: 4020, per_thread: PerThread::No, headers: 3 }, // cuCtxSetSharedMemConfig
+    PfnRow { at: 1229, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuCtxSynchronize
+    PfnRow { at: 1245, len: 19, name_len: 16, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuCtxSynchronize_v2
+    PfnRow { at: 1264, len: 14, name_len: 14, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuCtxWaitEvent
+    PfnRow { at: 1278, len: 23, name_len: 23, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuDestroyExternalMemory
+    PfnRow { at: 1301, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuDestroyExternalSemaphore
+    PfnRow { at: 1327, len: 25, name_len: 25, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuDevResourceGenerateDesc
+    PfnRow { at: 1352, len: 20, name_len: 20, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuDevSmResourceSplit
+    PfnRow { at: 1372, len: 27, name_len: 27, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuDevSmResourceSplitByCount
+    PfnRow { at: 1399, len: 21, name_len: 21, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuDeviceCanAccessPeer
+    PfnRow { at: 1420, len: 25, name_len: 25, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceComputeCapability
+    PfnRow { at: 1445, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGet
+    PfnRow { at: 1456, len: 20, name_len: 20, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetAttribute
+    PfnRow { at: 1476, len: 21, name_len: 21, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetByPCIBusId
+    PfnRow { at: 1497, len: 22, name_len: 22, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuDeviceGetCliqueCount
+    PfnRow { at: 1519, len: 21, name_len: 21, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuDeviceGetCliqueInfo
+    PfnRow { at: 1540, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetCount
+    PfnRow { at: 1556, len: 25, name_len: 25, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetDefaultMemPool
+    PfnRow { at: 1581, len: 22, name_len: 22, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetDevResource
+    PfnRow { at: 1603, len: 30, name_len: 30, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetExecAffinitySupport
+    PfnRow { at: 1633, len: 28, name_len: 28, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuDeviceGetFabricClusterUuid
+    PfnRow { at: 1661, len: 28, name_len: 28, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetGraphMemAttribute
+    PfnRow { at: 1689, len: 33, name_len: 33, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuDeviceGetHostAtomicCapabilities
+    PfnRow { at: 1722, len: 15, name_len: 15, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetLuid
+    PfnRow { at: 1737, len: 18, name_len: 18, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetMemPool
+    PfnRow { at: 1755, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetName
+    PfnRow { at: 1770, len: 30, name_len: 30, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetNvSciSyncAttributes
+    PfnRow { at: 1800, len: 32, name_len: 32, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuDeviceGetP2PAtomicCapabilities
+    PfnRow { at: 1832, len: 23, name_len: 23, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetP2PAttribute
+    PfnRow { at: 1855, len: 19, name_len: 19, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetPCIBusId
+    PfnRow { at: 1874, len: 21, name_len: 21, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetProperties
+    PfnRow { at: 1895, len: 34, name_len: 34, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetTexture1DLinearMaxWidth
+    PfnRow { at: 1929, len: 15, name_len: 15, version: 9020, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetUuid
+    PfnRow { at: 1944, len: 18, name_len: 15, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuDeviceGetUuid_v2
+    PfnRow { at: 1962, len: 20, name_len: 20, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuDeviceGraphMemTrim
+    PfnRow { at: 1982, len: 26, name_len: 26, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxGetState
+    PfnRow { at: 2008, len: 25, name_len: 25, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxRelease
+    PfnRow { at: 2033, len: 28, name_len: 25, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxRelease_v2
+    PfnRow { at: 2061, len: 23, name_len: 23, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxReset
+    PfnRow { at: 2084, len: 26, name_len: 23, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxReset_v2
+    PfnRow { at: 2110, len: 24, name_len: 24, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxRetain
+    PfnRow { at: 2134, len: 26, name_len: 26, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxSetFlags
+    PfnRow { at: 2160, len: 29, name_len: 26, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuDevicePrimaryCtxSetFlags_v2
+    PfnRow { at: 2189, len: 33, name_len: 33, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuDeviceRegisterAsyncNotification
+    PfnRow { at: 2222, len: 28, name_len: 28, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuDeviceSetGraphMemAttribute
+    PfnRow { at: 2250, len: 18, name_len: 18, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuDeviceSetMemPool
+    PfnRow { at: 2268, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuDeviceTotalMem
+    PfnRow { at: 2284, len: 19, name_len: 16, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuDeviceTotalMem_v2
+    PfnRow { at: 2303, len: 35, name_len: 35, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuDeviceUnregisterAsyncNotification
+    PfnRow { at: 2338, len: 18, name_len: 18, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuDriverGetVersion
+    PfnRow { at: 2356, len: 31, name_len: 31, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamConsumerAcquireFrame
+    PfnRow { at: 2387, len: 26, name_len: 26, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamConsumerConnect
+    PfnRow { at: 2413, len: 35, name_len: 35, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamConsumerConnectWithFlags
+    PfnRow { at: 2448, len: 29, name_len: 29, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamConsumerDisconnect
+    PfnRow { at: 2477, len: 31, name_len: 31, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamConsumerReleaseFrame
+    PfnRow { at: 2508, len: 26, name_len: 26, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamProducerConnect
+    PfnRow { at: 2534, len: 29, name_len: 29, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamProducerDisconnect
+    PfnRow { at: 2563, len: 31, name_len: 31, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamProducerPresentFrame
+    PfnRow { at: 2594, len: 30, name_len: 30, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuEGLStreamProducerReturnFrame
+    PfnRow { at: 2624, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventCreate
+    PfnRow { at: 2637, len: 24, name_len: 24, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuEventCreateFromEGLSync
+    PfnRow { at: 2661, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventDestroy
+    PfnRow { at: 2675, len: 17, name_len: 14, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuEventDestroy_v2
+    PfnRow { at: 2692, len: 18, name_len: 18, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventElapsedTime
+    PfnRow { at: 2710, len: 21, name_len: 18, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuEventElapsedTime_v2
+    PfnRow { at: 2731, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventQuery
+    PfnRow { at: 2743, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventRecord
+    PfnRow { at: 2756, len: 18, name_len: 13, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuEventRecord_ptsz
+    PfnRow { at: 2774, len: 22, name_len: 22, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuEventRecordWithFlags
+    PfnRow { at: 2796, len: 27, name_len: 22, version: 11010, per_thread: PerThread::Ptsz, headers: 3 }, // cuEventRecordWithFlags_ptsz
+    PfnRow { at: 2823, len: 18, name_len: 18, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuEventSynchronize
+    PfnRow { at: 2841, len: 31, name_len: 31, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuExternalMemoryGetMappedBuffer
+    PfnRow { at: 2872, len: 39, name_len: 39, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuExternalMemoryGetMappedMipmappedArray
+    PfnRow { at: 2911, len: 21, name_len: 21, version: 13050, per_thread: PerThread::No, headers: 2 }, // cuFabricCpyBatchAsync
+    PfnRow { at: 2932, len: 26, name_len: 21, version: 13050, per_thread: PerThread::Ptsz, headers: 2 }, // cuFabricCpyBatchAsync_ptsz
+    PfnRow { at: 2958, len: 26, name_len: 26, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuFlushGPUDirectRDMAWrites
+    PfnRow { at: 2984, len: 18, name_len: 18, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuFuncGetAttribute
+    PfnRow { at: 3002, len: 15, name_len: 15, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuFuncGetModule
+    PfnRow { at: 3017, len: 13, name_len: 13, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuFuncGetName
+    PfnRow { at: 3030, len: 19, name_len: 19, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuFuncGetParamCount
+    PfnRow { at: 3049, len: 18, name_len: 18, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuFuncGetParamInfo
+    PfnRow { at: 3067, len: 14, name_len: 14, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuFuncIsLoaded
+    PfnRow { at: 3081, len: 10, name_len: 10, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuFuncLoad
+    PfnRow { at: 3091, len: 18, name_len: 18, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuFuncSetAttribute
+    PfnRow { at: 3109, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuFuncSetBlockShape
+    PfnRow { at: 3128, len: 20, name_len: 20, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuFuncSetCacheConfig
+    PfnRow { at: 3148, len: 24, name_len: 24, version: 4020, per_thread: PerThread::No, headers: 3 }, // cuFuncSetSharedMemConfig
+    PfnRow { at: 3172, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuFuncSetSharedSize
+    PfnRow { at: 3191, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLCtxCreate
+    PfnRow { at: 3204, len: 16, name_len: 13, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuGLCtxCreate_v2
+    PfnRow { at: 3220, len: 14, name_len: 14, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuGLGetDevices
+    PfnRow { at: 3234, len: 17, name_len: 14, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuGLGetDevices_v2
+    PfnRow { at: 3251, len: 8, name_len: 8, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLInit
+    PfnRow { at: 3259, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLMapBufferObject
+    PfnRow { at: 3278, len: 22, name_len: 19, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuGLMapBufferObject_v2
+    PfnRow { at: 3300, len: 27, name_len: 19, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuGLMapBufferObject_v2_ptds
+    PfnRow { at: 3327, len: 24, name_len: 24, version: 2030, per_thread: PerThread::No, headers: 3 }, // cuGLMapBufferObjectAsync
+    PfnRow { at: 3351, len: 27, name_len: 24, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuGLMapBufferObjectAsync_v2
+    PfnRow { at: 3378, len: 32, name_len: 24, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuGLMapBufferObjectAsync_v2_ptsz
+    PfnRow { at: 3410, len: 24, name_len: 24, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLRegisterBufferObject
+    PfnRow { at: 3434, len: 27, name_len: 27, version: 2030, per_thread: PerThread::No, headers: 3 }, // cuGLSetBufferObjectMapFlags
+    PfnRow { at: 3461, len: 21, name_len: 21, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLUnmapBufferObject
+    PfnRow { at: 3482, len: 26, name_len: 26, version: 2030, per_thread: PerThread::No, headers: 3 }, // cuGLUnmapBufferObjectAsync
+    PfnRow { at: 3508, len: 26, name_len: 26, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuGLUnregisterBufferObject
+    PfnRow { at: 3534, len: 14, name_len: 14, version: 6000, per_thread: PerThread::No, headers: 3 }, // cuGetErrorName
+    PfnRow { at: 3548, len: 16, name_len: 16, version: 6000, per_thread: PerThread::No, headers: 3 }, // cuGetErrorString
+    PfnRow { at: 3564, len: 16, name_len: 16, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGetExportTable
+    PfnRow { at: 3580, len: 16, name_len: 16, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuGetProcAddress
+    PfnRow { at: 3596, len: 19, name_len: 16, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGetProcAddress_v2
+    PfnRow { at: 3615, len: 24, name_len: 24, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuGraphAddBatchMemOpNode
+    PfnRow { at: 3639, len: 24, name_len: 24, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddChildGraphNode
+    PfnRow { at: 3663, len: 22, name_len: 22, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddDependencies
+    PfnRow { at: 3685, len: 25, name_len: 22, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphAddDependencies_v2
+    PfnRow { at: 3710, len: 19, name_len: 19, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddEmptyNode
+    PfnRow { at: 3729, len: 25, name_len: 25, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphAddEventRecordNode
+    PfnRow { at: 3754, len: 23, name_len: 23, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphAddEventWaitNode
+    PfnRow { at: 3777, len: 38, name_len: 38, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphAddExternalSemaphoresSignalNode
+    PfnRow { at: 3815, len: 36, name_len: 36, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphAddExternalSemaphoresWaitNode
+    PfnRow { at: 3851, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddHostNode
+    PfnRow { at: 3869, len: 20, name_len: 20, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddKernelNode
+    PfnRow { at: 3889, len: 23, name_len: 20, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddKernelNode_v2
+    PfnRow { at: 3912, len: 22, name_len: 22, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuGraphAddMemAllocNode
+    PfnRow { at: 3934, len: 21, name_len: 21, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuGraphAddMemFreeNode
+    PfnRow { at: 3955, len: 20, name_len: 20, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddMemcpyNode
+    PfnRow { at: 3975, len: 20, name_len: 20, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphAddMemsetNode
+    PfnRow { at: 3995, len: 14, name_len: 14, version: 12020, per_thread: PerThread::No, headers: 3 }, // cuGraphAddNode
+    PfnRow { at: 4009, len: 17, name_len: 14, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphAddNode_v2
+    PfnRow { at: 4026, len: 17, name_len: 14, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuGraphAddNode_v3
+    PfnRow { at: 4043, len: 30, name_len: 30, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuGraphBatchMemOpNodeGetParams
+    PfnRow { at: 4073, len: 30, name_len: 30, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuGraphBatchMemOpNodeSetParams
+    PfnRow { at: 4103, len: 29, name_len: 29, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphChildGraphNodeGetGraph
+    PfnRow { at: 4132, len: 12, name_len: 12, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphClone
+    PfnRow { at: 4144, len: 30, name_len: 30, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphConditionalHandleCreate
+    PfnRow { at: 4174, len: 13, name_len: 13, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphCreate
+    PfnRow { at: 4187, len: 20, name_len: 20, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuGraphDebugDotPrint
+    PfnRow { at: 4207, len: 14, name_len: 14, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphDestroy
+    PfnRow { at: 4221, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphDestroyNode
+    PfnRow { at: 4239, len: 30, name_len: 30, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphEventRecordNodeGetEvent
+    PfnRow { at: 4269, len: 30, name_len: 30, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphEventRecordNodeSetEvent
+    PfnRow { at: 4299, len: 28, name_len: 28, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphEventWaitNodeGetEvent
+    PfnRow { at: 4327, len: 28, name_len: 28, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphEventWaitNodeSetEvent
+    PfnRow { at: 4355, len: 34, name_len: 34, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuGraphExecBatchMemOpNodeSetParams
+    PfnRow { at: 4389, len: 34, name_len: 34, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphExecChildGraphNodeSetParams
+    PfnRow { at: 4423, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphExecDestroy
+    PfnRow { at: 4441, len: 34, name_len: 34, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphExecEventRecordNodeSetEvent
+    PfnRow { at: 4475, len: 32, name_len: 32, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphExecEventWaitNodeSetEvent
+    PfnRow { at: 4507, len: 48, name_len: 48, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecExternalSemaphoresSignalNodeSetParams
+    PfnRow { at: 4555, len: 46, name_len: 46, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecExternalSemaphoresWaitNodeSetParams
+    PfnRow { at: 4601, len: 19, name_len: 19, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphExecGetFlags
+    PfnRow { at: 4620, len: 16, name_len: 16, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuGraphExecGetId
+    PfnRow { at: 4636, len: 28, name_len: 28, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecHostNodeSetParams
+    PfnRow { at: 4664, len: 30, name_len: 30, version: 10010, per_thread: PerThread::No, headers: 3 }, // cuGraphExecKernelNodeSetParams
+    PfnRow { at: 4694, len: 33, name_len: 30, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphExecKernelNodeSetParams_v2
+    PfnRow { at: 4727, len: 30, name_len: 30, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecMemcpyNodeSetParams
+    PfnRow { at: 4757, len: 30, name_len: 30, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecMemsetNodeSetParams
+    PfnRow { at: 4787, len: 24, name_len: 24, version: 12020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecNodeSetParams
+    PfnRow { at: 4811, len: 17, name_len: 17, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuGraphExecUpdate
+    PfnRow { at: 4828, len: 20, name_len: 17, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphExecUpdate_v2
+    PfnRow { at: 4848, len: 44, name_len: 44, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExternalSemaphoresSignalNodeGetParams
+    PfnRow { at: 4892, len: 44, name_len: 44, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExternalSemaphoresSignalNodeSetParams
+    PfnRow { at: 4936, len: 42, name_len: 42, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExternalSemaphoresWaitNodeGetParams
+    PfnRow { at: 4978, len: 42, name_len: 42, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuGraphExternalSemaphoresWaitNodeSetParams
+    PfnRow { at: 5020, len: 15, name_len: 15, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphGetEdges
+    PfnRow { at: 5035, len: 18, name_len: 15, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphGetEdges_v2
+    PfnRow { at: 5053, len: 12, name_len: 12, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuGraphGetId
+    PfnRow { at: 5065, len: 15, name_len: 15, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphGetNodes
+    PfnRow { at: 5080, len: 19, name_len: 19, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphGetRootNodes
+    PfnRow { at: 5099, len: 24, name_len: 24, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphHostNodeGetParams
+    PfnRow { at: 5123, len: 24, name_len: 24, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphHostNodeSetParams
+    PfnRow { at: 5147, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphInstantiate
+    PfnRow { at: 5165, len: 21, name_len: 18, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuGraphInstantiate_v2
+    PfnRow { at: 5186, len: 27, name_len: 18, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphInstantiateWithFlags
+    PfnRow { at: 5186, len: 27, name_len: 27, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuGraphInstantiateWithFlags
+    PfnRow { at: 5213, len: 28, name_len: 28, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphInstantiateWithParams
+    PfnRow { at: 5241, len: 33, name_len: 28, version: 12000, per_thread: PerThread::Ptsz, headers: 3 }, // cuGraphInstantiateWithParams_ptsz
+    PfnRow { at: 5274, len: 31, name_len: 31, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeCopyAttributes
+    PfnRow { at: 5305, len: 29, name_len: 29, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeGetAttribute
+    PfnRow { at: 5334, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeGetParams
+    PfnRow { at: 5360, len: 29, name_len: 26, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeGetParams_v2
+    PfnRow { at: 5389, len: 29, name_len: 29, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeSetAttribute
+    PfnRow { at: 5418, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeSetParams
+    PfnRow { at: 5444, len: 29, name_len: 26, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuGraphKernelNodeSetParams_v2
+    PfnRow { at: 5473, len: 13, name_len: 13, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphLaunch
+    PfnRow { at: 5486, len: 18, name_len: 13, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuGraphLaunch_ptsz
+    PfnRow { at: 5504, len: 28, name_len: 28, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuGraphMemAllocNodeGetParams
+    PfnRow { at: 5532, len: 27, name_len: 27, version: 11040, per_thread: PerThread::No, headers: 3 }, // cuGraphMemFreeNodeGetParams
+    PfnRow { at: 5559, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphMemcpyNodeGetParams
+    PfnRow { at: 5585, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphMemcpyNodeSetParams
+    PfnRow { at: 5611, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphMemsetNodeGetParams
+    PfnRow { at: 5637, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphMemsetNodeSetParams
+    PfnRow { at: 5663, len: 22, name_len: 22, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeFindInClone
+    PfnRow { at: 5685, len: 29, name_len: 29, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuGraphNodeGetContainingGraph
+    PfnRow { at: 5714, len: 26, name_len: 26, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetDependencies
+    PfnRow { at: 5740, len: 29, name_len: 26, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetDependencies_v2
+    PfnRow { at: 5769, len: 28, name_len: 28, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetDependentNodes
+    PfnRow { at: 5797, len: 31, name_len: 28, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetDependentNodes_v2
+    PfnRow { at: 5828, len: 21, name_len: 21, version: 11060, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetEnabled
+    PfnRow { at: 5849, len: 21, name_len: 21, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuGraphNodeGetLocalId
+    PfnRow { at: 5870, len: 20, name_len: 20, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuGraphNodeGetParams
+    PfnRow { at: 5890, len: 21, name_len: 21, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuGraphNodeGetToolsId
+    PfnRow { at: 5911, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeGetType
+    PfnRow { at: 5929, len: 21, name_len: 21, version: 11060, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeSetEnabled
+    PfnRow { at: 5950, len: 20, name_len: 20, version: 12020, per_thread: PerThread::No, headers: 3 }, // cuGraphNodeSetParams
+    PfnRow { at: 5970, len: 23, name_len: 20, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuGraphNodeSetParams_v2
+    PfnRow { at: 5993, len: 24, name_len: 24, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuGraphReleaseUserObject
+    PfnRow { at: 6017, len: 25, name_len: 25, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuGraphRemoveDependencies
+    PfnRow { at: 6042, len: 28, name_len: 25, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuGraphRemoveDependencies_v2
+    PfnRow { at: 6070, len: 23, name_len: 23, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuGraphRetainUserObject
+    PfnRow { at: 6093, len: 13, name_len: 13, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuGraphUpload
+    PfnRow { at: 6106, len: 18, name_len: 13, version: 11010, per_thread: PerThread::Ptsz, headers: 3 }, // cuGraphUpload_ptsz
+    PfnRow { at: 6124, len: 26, name_len: 26, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsEGLRegisterImage
+    PfnRow { at: 6150, len: 26, name_len: 26, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsGLRegisterBuffer
+    PfnRow { at: 6176, len: 25, name_len: 25, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsGLRegisterImage
+    PfnRow { at: 6201, len: 22, name_len: 22, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsMapResources
+    PfnRow { at: 6223, len: 27, name_len: 22, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuGraphicsMapResources_ptsz
+    PfnRow { at: 6250, len: 35, name_len: 35, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceGetMappedEglFrame
+    PfnRow { at: 6285, len: 41, name_len: 41, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceGetMappedMipmappedArray
+    PfnRow { at: 6326, len: 34, name_len: 34, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceGetMappedPointer
+    PfnRow { at: 6360, len: 37, name_len: 34, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceGetMappedPointer_v2
+    PfnRow { at: 6397, len: 29, name_len: 29, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceSetMapFlags
+    PfnRow { at: 6426, len: 32, name_len: 29, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuGraphicsResourceSetMapFlags_v2
+    PfnRow { at: 6458, len: 35, name_len: 35, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsSubResourceGetMappedArray
+    PfnRow { at: 6493, len: 24, name_len: 24, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsUnmapResources
+    PfnRow { at: 6517, len: 29, name_len: 24, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuGraphicsUnmapResources_ptsz
+    PfnRow { at: 6546, len: 28, name_len: 28, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuGraphicsUnregisterResource
+    PfnRow { at: 6574, len: 36, name_len: 36, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuGraphicsVDPAURegisterOutputSurface
+    PfnRow { at: 6610, len: 35, name_len: 35, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuGraphicsVDPAURegisterVideoSurface
+    PfnRow { at: 6645, len: 16, name_len: 16, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxCreate
+    PfnRow { at: 6661, len: 17, name_len: 17, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxDestroy
+    PfnRow { at: 6678, len: 24, name_len: 24, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxGetDevResource
+    PfnRow { at: 6702, len: 15, name_len: 15, version: 12090, per_thread: PerThread::No, headers: 2 }, // cuGreenCtxGetId
+    PfnRow { at: 6717, len: 21, name_len: 21, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxRecordEvent
+    PfnRow { at: 6738, len: 22, name_len: 22, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxStreamCreate
+    PfnRow { at: 6760, len: 19, name_len: 19, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuGreenCtxWaitEvent
+    PfnRow { at: 6779, len: 22, name_len: 22, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuImportExternalMemory
+    PfnRow { at: 6801, len: 25, name_len: 25, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuImportExternalSemaphore
+    PfnRow { at: 6826, len: 6, name_len: 6, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuInit
+    PfnRow { at: 6832, len: 19, name_len: 19, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuIpcCloseMemHandle
+    PfnRow { at: 6851, len: 19, name_len: 19, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuIpcGetEventHandle
+    PfnRow { at: 6870, len: 17, name_len: 17, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuIpcGetMemHandle
+    PfnRow { at: 6887, len: 20, name_len: 20, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuIpcOpenEventHandle
+    PfnRow { at: 6907, len: 18, name_len: 18, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuIpcOpenMemHandle
+    PfnRow { at: 6925, len: 21, name_len: 18, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuIpcOpenMemHandle_v2
+    PfnRow { at: 6946, len: 20, name_len: 20, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuKernelGetAttribute
+    PfnRow { at: 6966, len: 19, name_len: 19, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuKernelGetFunction
+    PfnRow { at: 6985, len: 18, name_len: 18, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuKernelGetLibrary
+    PfnRow { at: 7003, len: 15, name_len: 15, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuKernelGetName
+    PfnRow { at: 7018, len: 21, name_len: 21, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuKernelGetParamCount
+    PfnRow { at: 7039, len: 20, name_len: 20, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuKernelGetParamInfo
+    PfnRow { at: 7059, len: 20, name_len: 20, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuKernelSetAttribute
+    PfnRow { at: 7079, len: 22, name_len: 22, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuKernelSetCacheConfig
+    PfnRow { at: 7101, len: 8, name_len: 8, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuLaunch
+    PfnRow { at: 7109, len: 25, name_len: 25, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuLaunchCooperativeKernel
+    PfnRow { at: 7134, len: 30, name_len: 25, version: 9000, per_thread: PerThread::Ptsz, headers: 3 }, // cuLaunchCooperativeKernel_ptsz
+    PfnRow { at: 7164, len: 36, name_len: 36, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuLaunchCooperativeKernelMultiDevice
+    PfnRow { at: 7200, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuLaunchGrid
+    PfnRow { at: 7212, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuLaunchGridAsync
+    PfnRow { at: 7229, len: 16, name_len: 16, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuLaunchHostFunc
+    PfnRow { at: 7245, len: 21, name_len: 16, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuLaunchHostFunc_ptsz
+    PfnRow { at: 7266, len: 19, name_len: 16, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuLaunchHostFunc_v2
+    PfnRow { at: 7285, len: 24, name_len: 16, version: 13010, per_thread: PerThread::Ptsz, headers: 2 }, // cuLaunchHostFunc_v2_ptsz
+    PfnRow { at: 7309, len: 14, name_len: 14, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuLaunchKernel
+    PfnRow { at: 7323, len: 19, name_len: 14, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuLaunchKernel_ptsz
+    PfnRow { at: 7342, len: 16, name_len: 16, version: 11060, per_thread: PerThread::No, headers: 3 }, // cuLaunchKernelEx
+    PfnRow { at: 7358, len: 21, name_len: 16, version: 11060, per_thread: PerThread::Ptsz, headers: 3 }, // cuLaunchKernelEx_ptsz
+    PfnRow { at: 7379, len: 25, name_len: 25, version: 12040, per_thread: PerThread::No, headers: 2 }, // cuLibraryEnumerateKernels
+    PfnRow { at: 7404, len: 18, name_len: 18, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryGetGlobal
+    PfnRow { at: 7422, len: 18, name_len: 18, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryGetKernel
+    PfnRow { at: 7440, len: 23, name_len: 23, version: 12040, per_thread: PerThread::No, headers: 2 }, // cuLibraryGetKernelCount
+    PfnRow { at: 7463, len: 19, name_len: 19, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryGetManaged
+    PfnRow { at: 7482, len: 18, name_len: 18, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryGetModule
+    PfnRow { at: 7500, len: 27, name_len: 27, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryGetUnifiedFunction
+    PfnRow { at: 7527, len: 17, name_len: 17, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryLoadData
+    PfnRow { at: 7544, len: 21, name_len: 21, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryLoadFromFile
+    PfnRow { at: 7565, len: 15, name_len: 15, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuLibraryUnload
+    PfnRow { at: 7580, len: 13, name_len: 13, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuLinkAddData
+    PfnRow { at: 7593, len: 16, name_len: 13, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuLinkAddData_v2
+    PfnRow { at: 7609, len: 13, name_len: 13, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuLinkAddFile
+    PfnRow { at: 7622, len: 16, name_len: 13, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuLinkAddFile_v2
+    PfnRow { at: 7638, len: 14, name_len: 14, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuLinkComplete
+    PfnRow { at: 7652, len: 12, name_len: 12, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuLinkCreate
+    PfnRow { at: 7664, len: 15, name_len: 12, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuLinkCreate_v2
+    PfnRow { at: 7679, len: 13, name_len: 13, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuLinkDestroy
+    PfnRow { at: 7692, len: 26, name_len: 26, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointAddDevice
+    PfnRow { at: 7718, len: 25, name_len: 25, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointBindAddr
+    PfnRow { at: 7743, len: 24, name_len: 24, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointBindMem
+    PfnRow { at: 7767, len: 23, name_len: 23, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointCreate
+    PfnRow { at: 7790, len: 24, name_len: 24, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointDestroy
+    PfnRow { at: 7814, len: 23, name_len: 23, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointExport
+    PfnRow { at: 7837, len: 26, name_len: 26, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointGetLimits
+    PfnRow { at: 7863, len: 26, name_len: 26, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointIdRelease
+    PfnRow { at: 7889, len: 26, name_len: 26, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointIdReserve
+    PfnRow { at: 7915, len: 23, name_len: 23, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointImport
+    PfnRow { at: 7938, len: 22, name_len: 22, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointQuery
+    PfnRow { at: 7960, len: 23, name_len: 23, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuLogicalEndpointUnbind
+    PfnRow { at: 7983, len: 13, name_len: 13, version: 12090, per_thread: PerThread::No, headers: 3 }, // cuLogsCurrent
+    PfnRow { at: 7996, len: 16, name_len: 16, version: 12090, per_thread: PerThread::No, headers: 3 }, // cuLogsDumpToFile
+    PfnRow { at: 8012, len: 18, name_len: 18, version: 12090, per_thread: PerThread::No, headers: 3 }, // cuLogsDumpToMemory
+    PfnRow { at: 8030, len: 22, name_len: 22, version: 12090, per_thread: PerThread::No, headers: 3 }, // cuLogsRegisterCallback
+    PfnRow { at: 8052, len: 24, name_len: 24, version: 12090, per_thread: PerThread::No, headers: 3 }, // cuLogsUnregisterCallback
+    PfnRow { at: 8076, len: 16, name_len: 16, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemAddressFree
+    PfnRow { at: 8092, len: 19, name_len: 19, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemAddressReserve
+    PfnRow { at: 8111, len: 11, name_len: 11, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuMemAdvise
+    PfnRow { at: 8122, len: 14, name_len: 11, version: 12020, per_thread: PerThread::No, headers: 3 }, // cuMemAdvise_v2
+    PfnRow { at: 8136, len: 10, name_len: 10, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemAlloc
+    PfnRow { at: 8146, len: 13, name_len: 10, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemAlloc_v2
+    PfnRow { at: 8159, len: 15, name_len: 15, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemAllocAsync
+    PfnRow { at: 8174, len: 20, name_len: 15, version: 11020, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemAllocAsync_ptsz
+    PfnRow { at: 8194, len: 23, name_len: 23, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemAllocFromPoolAsync
+    PfnRow { at: 8217, len: 28, name_len: 23, version: 11020, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemAllocFromPoolAsync_ptsz
+    PfnRow { at: 8245, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemAllocHost
+    PfnRow { at: 8259, len: 17, name_len: 14, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemAllocHost_v2
+    PfnRow { at: 8276, len: 17, name_len: 17, version: 6000, per_thread: PerThread::No, headers: 3 }, // cuMemAllocManaged
+    PfnRow { at: 8293, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemAllocPitch
+    PfnRow { at: 8308, len: 18, name_len: 15, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemAllocPitch_v2
+    PfnRow { at: 8326, len: 25, name_len: 25, version: 12060, per_thread: PerThread::No, headers: 3 }, // cuMemBatchDecompressAsync
+    PfnRow { at: 8351, len: 30, name_len: 25, version: 12060, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemBatchDecompressAsync_ptsz
+    PfnRow { at: 8381, len: 11, name_len: 11, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemCreate
+    PfnRow { at: 8392, len: 33, name_len: 33, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemDiscardAndPrefetchBatchAsync
+    PfnRow { at: 8425, len: 38, name_len: 33, version: 13000, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemDiscardAndPrefetchBatchAsync_ptsz
+    PfnRow { at: 8463, len: 22, name_len: 22, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemDiscardBatchAsync
+    PfnRow { at: 8485, len: 27, name_len: 22, version: 13000, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemDiscardBatchAsync_ptsz
+    PfnRow { at: 8512, len: 28, name_len: 28, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemExportToShareableHandle
+    PfnRow { at: 8540, len: 9, name_len: 9, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemFree
+    PfnRow { at: 8549, len: 12, name_len: 9, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemFree_v2
+    PfnRow { at: 8561, len: 14, name_len: 14, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemFreeAsync
+    PfnRow { at: 8575, len: 19, name_len: 14, version: 11020, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemFreeAsync_ptsz
+    PfnRow { at: 8594, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemFreeHost
+    PfnRow { at: 8607, len: 14, name_len: 14, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemGetAccess
+    PfnRow { at: 8621, len: 20, name_len: 20, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemGetAddressRange
+    PfnRow { at: 8641, len: 23, name_len: 20, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemGetAddressRange_v2
+    PfnRow { at: 8664, len: 29, name_len: 29, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemGetAllocationGranularity
+    PfnRow { at: 8693, len: 38, name_len: 38, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemGetAllocationPropertiesFromHandle
+    PfnRow { at: 8731, len: 22, name_len: 22, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemGetDefaultMemPool
+    PfnRow { at: 8753, len: 29, name_len: 29, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuMemGetHandleForAddressRange
+    PfnRow { at: 8782, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemGetInfo
+    PfnRow { at: 8794, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemGetInfo_v2
+    PfnRow { at: 8809, len: 20, name_len: 20, version: 13040, per_thread: PerThread::No, headers: 2 }, // cuMemGetLocationInfo
+    PfnRow { at: 8829, len: 15, name_len: 15, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemGetMemPool
+    PfnRow { at: 8844, len: 14, name_len: 14, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuMemHostAlloc
+    PfnRow { at: 8858, len: 25, name_len: 25, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuMemHostGetDevicePointer
+    PfnRow { at: 8883, len: 28, name_len: 25, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemHostGetDevicePointer_v2
+    PfnRow { at: 8911, len: 17, name_len: 17, version: 2030, per_thread: PerThread::No, headers: 3 }, // cuMemHostGetFlags
+    PfnRow { at: 8928, len: 17, name_len: 17, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemHostRegister
+    PfnRow { at: 8945, len: 20, name_len: 17, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuMemHostRegister_v2
+    PfnRow { at: 8965, len: 19, name_len: 19, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemHostUnregister
+    PfnRow { at: 8984, len: 30, name_len: 30, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemImportFromShareableHandle
+    PfnRow { at: 9014, len: 8, name_len: 8, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemMap
+    PfnRow { at: 9022, len: 18, name_len: 18, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuMemMapArrayAsync
+    PfnRow { at: 9040, len: 23, name_len: 18, version: 11010, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemMapArrayAsync_ptsz
+    PfnRow { at: 9063, len: 15, name_len: 15, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolCreate
+    PfnRow { at: 9078, len: 16, name_len: 16, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolDestroy
+    PfnRow { at: 9094, len: 22, name_len: 22, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolExportPointer
+    PfnRow { at: 9116, len: 32, name_len: 32, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolExportToShareableHandle
+    PfnRow { at: 9148, len: 18, name_len: 18, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolGetAccess
+    PfnRow { at: 9166, len: 21, name_len: 21, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolGetAttribute
+    PfnRow { at: 9187, len: 34, name_len: 34, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolImportFromShareableHandle
+    PfnRow { at: 9221, len: 22, name_len: 22, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolImportPointer
+    PfnRow { at: 9243, len: 18, name_len: 18, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolSetAccess
+    PfnRow { at: 9261, len: 21, name_len: 21, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolSetAttribute
+    PfnRow { at: 9282, len: 15, name_len: 15, version: 11020, per_thread: PerThread::No, headers: 3 }, // cuMemPoolTrimTo
+    PfnRow { at: 9297, len: 18, name_len: 18, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuMemPrefetchAsync
+    PfnRow { at: 9315, len: 23, name_len: 18, version: 8000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemPrefetchAsync_ptsz
+    PfnRow { at: 9338, len: 21, name_len: 18, version: 12020, per_thread: PerThread::No, headers: 3 }, // cuMemPrefetchAsync_v2
+    PfnRow { at: 9359, len: 26, name_len: 18, version: 12020, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemPrefetchAsync_v2_ptsz
+    PfnRow { at: 9385, len: 23, name_len: 23, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemPrefetchBatchAsync
+    PfnRow { at: 9408, len: 28, name_len: 23, version: 13000, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemPrefetchBatchAsync_ptsz
+    PfnRow { at: 9436, len: 22, name_len: 22, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuMemRangeGetAttribute
+    PfnRow { at: 9458, len: 23, name_len: 23, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuMemRangeGetAttributes
+    PfnRow { at: 9481, len: 12, name_len: 12, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemRelease
+    PfnRow { at: 9493, len: 27, name_len: 27, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuMemRetainAllocationHandle
+    PfnRow { at: 9520, len: 14, name_len: 14, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemSetAccess
+    PfnRow { at: 9534, len: 15, name_len: 15, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemSetMemPool
+    PfnRow { at: 9549, len: 10, name_len: 10, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuMemUnmap
+    PfnRow { at: 9559, len: 8, name_len: 8, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy
+    PfnRow { at: 9567, len: 13, name_len: 8, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpy_ptds
+    PfnRow { at: 9580, len: 10, name_len: 10, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2D
+    PfnRow { at: 9590, len: 13, name_len: 10, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2D_v2
+    PfnRow { at: 9603, len: 18, name_len: 10, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpy2D_v2_ptds
+    PfnRow { at: 9621, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2DAsync
+    PfnRow { at: 9636, len: 18, name_len: 15, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2DAsync_v2
+    PfnRow { at: 9654, len: 23, name_len: 15, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpy2DAsync_v2_ptsz
+    PfnRow { at: 9677, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2DUnaligned
+    PfnRow { at: 9696, len: 22, name_len: 19, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpy2DUnaligned_v2
+    PfnRow { at: 9718, len: 27, name_len: 19, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpy2DUnaligned_v2_ptds
+    PfnRow { at: 9745, len: 10, name_len: 10, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3D
+    PfnRow { at: 9755, len: 13, name_len: 10, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3D_v2
+    PfnRow { at: 9768, len: 18, name_len: 10, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpy3D_v2_ptds
+    PfnRow { at: 9786, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3DAsync
+    PfnRow { at: 9801, len: 18, name_len: 15, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3DAsync_v2
+    PfnRow { at: 9819, len: 23, name_len: 15, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpy3DAsync_v2_ptsz
+    PfnRow { at: 9842, len: 20, name_len: 20, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3DBatchAsync
+    PfnRow { at: 9862, len: 25, name_len: 20, version: 12080, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpy3DBatchAsync_ptsz
+    PfnRow { at: 9887, len: 23, name_len: 20, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemcpy3DBatchAsync_v2
+    PfnRow { at: 9910, len: 28, name_len: 20, version: 13000, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemcpy3DBatchAsync_v2_ptsz
+    PfnRow { at: 9938, len: 14, name_len: 14, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3DPeer
+    PfnRow { at: 9952, len: 19, name_len: 14, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpy3DPeer_ptds
+    PfnRow { at: 9971, len: 19, name_len: 19, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpy3DPeerAsync
+    PfnRow { at: 9990, len: 24, name_len: 19, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpy3DPeerAsync_ptsz
+    PfnRow { at: 10014, len: 29, name_len: 29, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuMemcpy3DWithAttributesAsync
+    PfnRow { at: 10043, len: 34, name_len: 29, version: 13020, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemcpy3DWithAttributesAsync_ptsz
+    PfnRow { at: 10077, len: 13, name_len: 13, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAsync
+    PfnRow { at: 10090, len: 18, name_len: 13, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyAsync_ptsz
+    PfnRow { at: 10108, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoA
+    PfnRow { at: 10120, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoA_v2
+    PfnRow { at: 10135, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyAtoA_v2_ptds
+    PfnRow { at: 10155, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoD
+    PfnRow { at: 10167, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoD_v2
+    PfnRow { at: 10182, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyAtoD_v2_ptds
+    PfnRow { at: 10202, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoH
+    PfnRow { at: 10214, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoH_v2
+    PfnRow { at: 10229, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyAtoH_v2_ptds
+    PfnRow { at: 10249, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoHAsync
+    PfnRow { at: 10266, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyAtoHAsync_v2
+    PfnRow { at: 10286, len: 25, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyAtoHAsync_v2_ptsz
+    PfnRow { at: 10311, len: 18, name_len: 18, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuMemcpyBatchAsync
+    PfnRow { at: 10329, len: 23, name_len: 18, version: 12080, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyBatchAsync_ptsz
+    PfnRow { at: 10352, len: 21, name_len: 18, version: 13000, per_thread: PerThread::No, headers: 2 }, // cuMemcpyBatchAsync_v2
+    PfnRow { at: 10373, len: 26, name_len: 18, version: 13000, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemcpyBatchAsync_v2_ptsz
+    PfnRow { at: 10399, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoA
+    PfnRow { at: 10411, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoA_v2
+    PfnRow { at: 10426, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyDtoA_v2_ptds
+    PfnRow { at: 10446, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoD
+    PfnRow { at: 10458, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoD_v2
+    PfnRow { at: 10473, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyDtoD_v2_ptds
+    PfnRow { at: 10493, len: 17, name_len: 17, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoDAsync
+    PfnRow { at: 10510, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoDAsync_v2
+    PfnRow { at: 10530, len: 25, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyDtoDAsync_v2_ptsz
+    PfnRow { at: 10555, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoH
+    PfnRow { at: 10567, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoH_v2
+    PfnRow { at: 10582, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyDtoH_v2_ptds
+    PfnRow { at: 10602, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoHAsync
+    PfnRow { at: 10619, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyDtoHAsync_v2
+    PfnRow { at: 10639, len: 25, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyDtoHAsync_v2_ptsz
+    PfnRow { at: 10664, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoA
+    PfnRow { at: 10676, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoA_v2
+    PfnRow { at: 10691, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyHtoA_v2_ptds
+    PfnRow { at: 10711, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoAAsync
+    PfnRow { at: 10728, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoAAsync_v2
+    PfnRow { at: 10748, len: 25, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyHtoAAsync_v2_ptsz
+    PfnRow { at: 10773, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoD
+    PfnRow { at: 10785, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoD_v2
+    PfnRow { at: 10800, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyHtoD_v2_ptds
+    PfnRow { at: 10820, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoDAsync
+    PfnRow { at: 10837, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemcpyHtoDAsync_v2
+    PfnRow { at: 10857, len: 25, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyHtoDAsync_v2_ptsz
+    PfnRow { at: 10882, len: 12, name_len: 12, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyPeer
+    PfnRow { at: 10894, len: 17, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemcpyPeer_ptds
+    PfnRow { at: 10911, len: 17, name_len: 17, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuMemcpyPeerAsync
+    PfnRow { at: 10928, len: 22, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemcpyPeerAsync_ptsz
+    PfnRow { at: 10950, len: 27, name_len: 27, version: 13020, per_thread: PerThread::No, headers: 2 }, // cuMemcpyWithAttributesAsync
+    PfnRow { at: 10977, len: 32, name_len: 27, version: 13020, per_thread: PerThread::Ptsz, headers: 2 }, // cuMemcpyWithAttributesAsync_ptsz
+    PfnRow { at: 11009, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD16
+    PfnRow { at: 11020, len: 14, name_len: 11, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD16_v2
+    PfnRow { at: 11034, len: 19, name_len: 11, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD16_v2_ptds
+    PfnRow { at: 11053, len: 16, name_len: 16, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD16Async
+    PfnRow { at: 11069, len: 21, name_len: 16, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD16Async_ptsz
+    PfnRow { at: 11090, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D16
+    PfnRow { at: 11103, len: 16, name_len: 13, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D16_v2
+    PfnRow { at: 11119, len: 21, name_len: 13, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD2D16_v2_ptds
+    PfnRow { at: 11140, len: 18, name_len: 18, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D16Async
+    PfnRow { at: 11158, len: 23, name_len: 18, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD2D16Async_ptsz
+    PfnRow { at: 11181, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D32
+    PfnRow { at: 11194, len: 16, name_len: 13, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D32_v2
+    PfnRow { at: 11210, len: 21, name_len: 13, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD2D32_v2_ptds
+    PfnRow { at: 11231, len: 18, name_len: 18, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D32Async
+    PfnRow { at: 11249, len: 23, name_len: 18, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD2D32Async_ptsz
+    PfnRow { at: 11272, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D8
+    PfnRow { at: 11284, len: 15, name_len: 12, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D8_v2
+    PfnRow { at: 11299, len: 20, name_len: 12, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD2D8_v2_ptds
+    PfnRow { at: 11319, len: 17, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD2D8Async
+    PfnRow { at: 11336, len: 22, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD2D8Async_ptsz
+    PfnRow { at: 11358, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD32
+    PfnRow { at: 11369, len: 14, name_len: 11, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD32_v2
+    PfnRow { at: 11383, len: 19, name_len: 11, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD32_v2_ptds
+    PfnRow { at: 11402, len: 16, name_len: 16, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD32Async
+    PfnRow { at: 11418, len: 21, name_len: 16, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD32Async_ptsz
+    PfnRow { at: 11439, len: 10, name_len: 10, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuMemsetD8
+    PfnRow { at: 11449, len: 13, name_len: 10, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD8_v2
+    PfnRow { at: 11462, len: 18, name_len: 10, version: 7000, per_thread: PerThread::Ptds, headers: 3 }, // cuMemsetD8_v2_ptds
+    PfnRow { at: 11480, len: 15, name_len: 15, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuMemsetD8Async
+    PfnRow { at: 11495, len: 20, name_len: 15, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuMemsetD8Async_ptsz
+    PfnRow { at: 11515, len: 22, name_len: 22, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuMipmappedArrayCreate
+    PfnRow { at: 11537, len: 23, name_len: 23, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuMipmappedArrayDestroy
+    PfnRow { at: 11560, len: 24, name_len: 24, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuMipmappedArrayGetLevel
+    PfnRow { at: 11584, len: 37, name_len: 37, version: 11060, per_thread: PerThread::No, headers: 3 }, // cuMipmappedArrayGetMemoryRequirements
+    PfnRow { at: 11621, len: 35, name_len: 35, version: 11010, per_thread: PerThread::No, headers: 3 }, // cuMipmappedArrayGetSparseProperties
+    PfnRow { at: 11656, len: 26, name_len: 26, version: 12040, per_thread: PerThread::No, headers: 2 }, // cuModuleEnumerateFunctions
+    PfnRow { at: 11682, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleGetFunction
+    PfnRow { at: 11701, len: 24, name_len: 24, version: 12040, per_thread: PerThread::No, headers: 2 }, // cuModuleGetFunctionCount
+    PfnRow { at: 11725, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleGetGlobal
+    PfnRow { at: 11742, len: 20, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuModuleGetGlobal_v2
+    PfnRow { at: 11762, len: 22, name_len: 22, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuModuleGetLoadingMode
+    PfnRow { at: 11784, len: 18, name_len: 18, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuModuleGetSurfRef
+    PfnRow { at: 11802, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleGetTexRef
+    PfnRow { at: 11819, len: 12, name_len: 12, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleLoad
+    PfnRow { at: 11831, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleLoadData
+    PfnRow { at: 11847, len: 18, name_len: 18, version: 2010, per_thread: PerThread::No, headers: 3 }, // cuModuleLoadDataEx
+    PfnRow { at: 11865, len: 21, name_len: 21, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleLoadFatBinary
+    PfnRow { at: 11886, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuModuleUnload
+    PfnRow { at: 11900, len: 20, name_len: 20, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastAddDevice
+    PfnRow { at: 11920, len: 19, name_len: 19, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastBindAddr
+    PfnRow { at: 11939, len: 22, name_len: 19, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuMulticastBindAddr_v2
+    PfnRow { at: 11961, len: 18, name_len: 18, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastBindMem
+    PfnRow { at: 11979, len: 21, name_len: 18, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuMulticastBindMem_v2
+    PfnRow { at: 12000, len: 17, name_len: 17, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastCreate
+    PfnRow { at: 12017, len: 25, name_len: 25, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastGetGranularity
+    PfnRow { at: 12042, len: 17, name_len: 17, version: 12010, per_thread: PerThread::No, headers: 3 }, // cuMulticastUnbind
+    PfnRow { at: 12059, len: 39, name_len: 39, version: 10020, per_thread: PerThread::No, headers: 3 }, // cuOccupancyAvailableDynamicSMemPerBlock
+    PfnRow { at: 12098, len: 43, name_len: 43, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxActiveBlocksPerMultiprocessor
+    PfnRow { at: 12141, len: 52, name_len: 52, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+    PfnRow { at: 12193, len: 28, name_len: 28, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxActiveClusters
+    PfnRow { at: 12221, len: 32, name_len: 32, version: 6050, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxPotentialBlockSize
+    PfnRow { at: 12253, len: 41, name_len: 41, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxPotentialBlockSizeWithFlags
+    PfnRow { at: 12294, len: 34, name_len: 34, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuOccupancyMaxPotentialClusterSize
+    PfnRow { at: 12328, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuParamSetSize
+    PfnRow { at: 12342, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuParamSetTexRef
+    PfnRow { at: 12358, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuParamSetf
+    PfnRow { at: 12369, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuParamSeti
+    PfnRow { at: 12380, len: 11, name_len: 11, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuParamSetv
+    PfnRow { at: 12391, len: 21, name_len: 21, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuPointerGetAttribute
+    PfnRow { at: 12412, len: 22, name_len: 22, version: 7000, per_thread: PerThread::No, headers: 3 }, // cuPointerGetAttributes
+    PfnRow { at: 12434, len: 21, name_len: 21, version: 6000, per_thread: PerThread::No, headers: 3 }, // cuPointerSetAttribute
+    PfnRow { at: 12455, len: 20, name_len: 20, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuProfilerInitialize
+    PfnRow { at: 12475, len: 15, name_len: 15, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuProfilerStart
+    PfnRow { at: 12490, len: 14, name_len: 14, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuProfilerStop
+    PfnRow { at: 12504, len: 31, name_len: 31, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuSignalExternalSemaphoresAsync
+    PfnRow { at: 12535, len: 36, name_len: 31, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuSignalExternalSemaphoresAsync_ptsz
+    PfnRow { at: 12571, len: 19, name_len: 19, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuStreamAddCallback
+    PfnRow { at: 12590, len: 24, name_len: 19, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamAddCallback_ptsz
+    PfnRow { at: 12614, len: 22, name_len: 22, version: 6000, per_thread: PerThread::No, headers: 3 }, // cuStreamAttachMemAsync
+    PfnRow { at: 12636, len: 27, name_len: 22, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamAttachMemAsync_ptsz
+    PfnRow { at: 12663, len: 18, name_len: 18, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuStreamBatchMemOp
+    PfnRow { at: 12681, len: 23, name_len: 18, version: 8000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamBatchMemOp_ptsz
+    PfnRow { at: 12704, len: 21, name_len: 18, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuStreamBatchMemOp_v2
+    PfnRow { at: 12725, len: 26, name_len: 18, version: 11070, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamBatchMemOp_v2_ptsz
+    PfnRow { at: 12751, len: 20, name_len: 20, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuStreamBeginCapture
+    PfnRow { at: 12771, len: 25, name_len: 20, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamBeginCapture_ptsz
+    PfnRow { at: 12796, len: 23, name_len: 20, version: 10010, per_thread: PerThread::No, headers: 3 }, // cuStreamBeginCapture_v2
+    PfnRow { at: 12819, len: 28, name_len: 20, version: 10010, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamBeginCapture_v2_ptsz
+    PfnRow { at: 12847, len: 25, name_len: 25, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuStreamBeginCaptureToCig
+    PfnRow { at: 12872, len: 30, name_len: 25, version: 13010, per_thread: PerThread::Ptsz, headers: 2 }, // cuStreamBeginCaptureToCig_ptsz
+    PfnRow { at: 12902, len: 27, name_len: 27, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuStreamBeginCaptureToGraph
+    PfnRow { at: 12929, len: 32, name_len: 27, version: 12030, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamBeginCaptureToGraph_ptsz
+    PfnRow { at: 12961, len: 29, name_len: 29, version: 13030, per_thread: PerThread::No, headers: 2 }, // cuStreamBeginRecaptureToGraph
+    PfnRow { at: 12990, len: 34, name_len: 29, version: 13030, per_thread: PerThread::Ptsz, headers: 2 }, // cuStreamBeginRecaptureToGraph_ptsz
+    PfnRow { at: 13024, len: 22, name_len: 22, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuStreamCopyAttributes
+    PfnRow { at: 13046, len: 27, name_len: 22, version: 11000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamCopyAttributes_ptsz
+    PfnRow { at: 13073, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuStreamCreate
+    PfnRow { at: 13087, len: 26, name_len: 26, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuStreamCreateWithPriority
+    PfnRow { at: 13113, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuStreamDestroy
+    PfnRow { at: 13128, len: 18, name_len: 15, version: 4000, per_thread: PerThread::No, headers: 3 }, // cuStreamDestroy_v2
+    PfnRow { at: 13146, len: 18, name_len: 18, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuStreamEndCapture
+    PfnRow { at: 13164, len: 23, name_len: 18, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamEndCapture_ptsz
+    PfnRow { at: 13187, len: 23, name_len: 23, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuStreamEndCaptureToCig
+    PfnRow { at: 13210, len: 28, name_len: 23, version: 13010, per_thread: PerThread::Ptsz, headers: 2 }, // cuStreamEndCaptureToCig_ptsz
+    PfnRow { at: 13238, len: 20, name_len: 20, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuStreamGetAttribute
+    PfnRow { at: 13258, len: 25, name_len: 20, version: 11000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetAttribute_ptsz
+    PfnRow { at: 13283, len: 22, name_len: 22, version: 10010, per_thread: PerThread::No, headers: 3 }, // cuStreamGetCaptureInfo
+    PfnRow { at: 13305, len: 27, name_len: 22, version: 10010, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetCaptureInfo_ptsz
+    PfnRow { at: 13332, len: 25, name_len: 22, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuStreamGetCaptureInfo_v2
+    PfnRow { at: 13357, len: 30, name_len: 22, version: 11030, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetCaptureInfo_v2_ptsz
+    PfnRow { at: 13387, len: 25, name_len: 22, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuStreamGetCaptureInfo_v3
+    PfnRow { at: 13412, len: 30, name_len: 22, version: 12030, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetCaptureInfo_v3_ptsz
+    PfnRow { at: 13442, len: 14, name_len: 14, version: 9020, per_thread: PerThread::No, headers: 3 }, // cuStreamGetCtx
+    PfnRow { at: 13456, len: 19, name_len: 14, version: 9020, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetCtx_ptsz
+    PfnRow { at: 13475, len: 17, name_len: 14, version: 12050, per_thread: PerThread::No, headers: 3 }, // cuStreamGetCtx_v2
+    PfnRow { at: 13492, len: 22, name_len: 14, version: 12050, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetCtx_v2_ptsz
+    PfnRow { at: 13514, len: 22, name_len: 22, version: 13010, per_thread: PerThread::No, headers: 2 }, // cuStreamGetDevResource
+    PfnRow { at: 13536, len: 27, name_len: 22, version: 13010, per_thread: PerThread::Ptsz, headers: 2 }, // cuStreamGetDevResource_ptsz
+    PfnRow { at: 13563, len: 17, name_len: 17, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuStreamGetDevice
+    PfnRow { at: 13580, len: 22, name_len: 17, version: 12080, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetDevice_ptsz
+    PfnRow { at: 13602, len: 16, name_len: 16, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuStreamGetFlags
+    PfnRow { at: 13618, len: 21, name_len: 16, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetFlags_ptsz
+    PfnRow { at: 13639, len: 19, name_len: 19, version: 12040, per_thread: PerThread::No, headers: 3 }, // cuStreamGetGreenCtx
+    PfnRow { at: 13658, len: 13, name_len: 13, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuStreamGetId
+    PfnRow { at: 13671, len: 18, name_len: 13, version: 12000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetId_ptsz
+    PfnRow { at: 13689, len: 19, name_len: 19, version: 5050, per_thread: PerThread::No, headers: 3 }, // cuStreamGetPriority
+    PfnRow { at: 13708, len: 24, name_len: 19, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamGetPriority_ptsz
+    PfnRow { at: 13732, len: 19, name_len: 19, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuStreamIsCapturing
+    PfnRow { at: 13751, len: 24, name_len: 19, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamIsCapturing_ptsz
+    PfnRow { at: 13775, len: 13, name_len: 13, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuStreamQuery
+    PfnRow { at: 13788, len: 18, name_len: 13, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamQuery_ptsz
+    PfnRow { at: 13806, len: 20, name_len: 20, version: 11000, per_thread: PerThread::No, headers: 3 }, // cuStreamSetAttribute
+    PfnRow { at: 13826, len: 25, name_len: 20, version: 11000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamSetAttribute_ptsz
+    PfnRow { at: 13851, len: 19, name_len: 19, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuStreamSynchronize
+    PfnRow { at: 13870, len: 24, name_len: 19, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamSynchronize_ptsz
+    PfnRow { at: 13894, len: 33, name_len: 33, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuStreamUpdateCaptureDependencies
+    PfnRow { at: 13927, len: 38, name_len: 33, version: 11030, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamUpdateCaptureDependencies_ptsz
+    PfnRow { at: 13965, len: 36, name_len: 33, version: 12030, per_thread: PerThread::No, headers: 3 }, // cuStreamUpdateCaptureDependencies_v2
+    PfnRow { at: 14001, len: 41, name_len: 33, version: 12030, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamUpdateCaptureDependencies_v2_ptsz
+    PfnRow { at: 14042, len: 17, name_len: 17, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuStreamWaitEvent
+    PfnRow { at: 14059, len: 22, name_len: 17, version: 7000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWaitEvent_ptsz
+    PfnRow { at: 14081, len: 19, name_len: 19, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuStreamWaitValue32
+    PfnRow { at: 14100, len: 24, name_len: 19, version: 8000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWaitValue32_ptsz
+    PfnRow { at: 14124, len: 22, name_len: 19, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuStreamWaitValue32_v2
+    PfnRow { at: 14146, len: 27, name_len: 19, version: 11070, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWaitValue32_v2_ptsz
+    PfnRow { at: 14173, len: 19, name_len: 19, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuStreamWaitValue64
+    PfnRow { at: 14192, len: 24, name_len: 19, version: 9000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWaitValue64_ptsz
+    PfnRow { at: 14216, len: 22, name_len: 19, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuStreamWaitValue64_v2
+    PfnRow { at: 14238, len: 27, name_len: 19, version: 11070, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWaitValue64_v2_ptsz
+    PfnRow { at: 14265, len: 20, name_len: 20, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuStreamWriteValue32
+    PfnRow { at: 14285, len: 25, name_len: 20, version: 8000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWriteValue32_ptsz
+    PfnRow { at: 14310, len: 23, name_len: 20, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuStreamWriteValue32_v2
+    PfnRow { at: 14333, len: 28, name_len: 20, version: 11070, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWriteValue32_v2_ptsz
+    PfnRow { at: 14361, len: 20, name_len: 20, version: 9000, per_thread: PerThread::No, headers: 3 }, // cuStreamWriteValue64
+    PfnRow { at: 14381, len: 25, name_len: 20, version: 9000, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWriteValue64_ptsz
+    PfnRow { at: 14406, len: 23, name_len: 20, version: 11070, per_thread: PerThread::No, headers: 3 }, // cuStreamWriteValue64_v2
+    PfnRow { at: 14429, len: 28, name_len: 20, version: 11070, per_thread: PerThread::Ptsz, headers: 3 }, // cuStreamWriteValue64_v2_ptsz
+    PfnRow { at: 14457, len: 18, name_len: 18, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuSurfObjectCreate
+    PfnRow { at: 14475, len: 19, name_len: 19, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuSurfObjectDestroy
+    PfnRow { at: 14494, len: 27, name_len: 27, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuSurfObjectGetResourceDesc
+    PfnRow { at: 14521, len: 17, name_len: 17, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuSurfRefGetArray
+    PfnRow { at: 14538, len: 17, name_len: 17, version: 3000, per_thread: PerThread::No, headers: 3 }, // cuSurfRefSetArray
+    PfnRow { at: 14555, len: 23, name_len: 23, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuTensorMapEncodeIm2col
+    PfnRow { at: 14578, len: 27, name_len: 27, version: 12080, per_thread: PerThread::No, headers: 3 }, // cuTensorMapEncodeIm2colWide
+    PfnRow { at: 14605, len: 22, name_len: 22, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuTensorMapEncodeTiled
+    PfnRow { at: 14627, len: 25, name_len: 25, version: 12000, per_thread: PerThread::No, headers: 3 }, // cuTensorMapReplaceAddress
+    PfnRow { at: 14652, len: 29, name_len: 29, version: 13050, per_thread: PerThread::No, headers: 2 }, // cuTensorMapSetAllocationClass
+    PfnRow { at: 14681, len: 17, name_len: 17, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexObjectCreate
+    PfnRow { at: 14698, len: 18, name_len: 18, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexObjectDestroy
+    PfnRow { at: 14716, len: 26, name_len: 26, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexObjectGetResourceDesc
+    PfnRow { at: 14742, len: 30, name_len: 30, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexObjectGetResourceViewDesc
+    PfnRow { at: 14772, len: 25, name_len: 25, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexObjectGetTextureDesc
+    PfnRow { at: 14797, len: 14, name_len: 14, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefCreate
+    PfnRow { at: 14811, len: 15, name_len: 15, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefDestroy
+    PfnRow { at: 14826, len: 18, name_len: 18, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetAddress
+    PfnRow { at: 14844, len: 21, name_len: 18, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetAddress_v2
+    PfnRow { at: 14865, len: 22, name_len: 22, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetAddressMode
+    PfnRow { at: 14887, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetArray
+    PfnRow { at: 14903, len: 22, name_len: 22, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetBorderColor
+    PfnRow { at: 14925, len: 21, name_len: 21, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetFilterMode
+    PfnRow { at: 14946, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetFlags
+    PfnRow { at: 14962, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetFormat
+    PfnRow { at: 14979, len: 24, name_len: 24, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetMaxAnisotropy
+    PfnRow { at: 15003, len: 27, name_len: 27, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetMipmapFilterMode
+    PfnRow { at: 15030, len: 26, name_len: 26, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetMipmapLevelBias
+    PfnRow { at: 15056, len: 27, name_len: 27, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetMipmapLevelClamp
+    PfnRow { at: 15083, len: 25, name_len: 25, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefGetMipmappedArray
+    PfnRow { at: 15108, len: 18, name_len: 18, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddress
+    PfnRow { at: 15126, len: 21, name_len: 18, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddress_v2
+    PfnRow { at: 15147, len: 20, name_len: 20, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddress2D
+    PfnRow { at: 15167, len: 23, name_len: 20, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddress2D_v2
+    PfnRow { at: 15190, len: 23, name_len: 20, version: 4010, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddress2D_v3
+    PfnRow { at: 15213, len: 22, name_len: 22, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetAddressMode
+    PfnRow { at: 15235, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetArray
+    PfnRow { at: 15251, len: 22, name_len: 22, version: 8000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetBorderColor
+    PfnRow { at: 15273, len: 21, name_len: 21, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetFilterMode
+    PfnRow { at: 15294, len: 16, name_len: 16, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetFlags
+    PfnRow { at: 15310, len: 17, name_len: 17, version: 2000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetFormat
+    PfnRow { at: 15327, len: 24, name_len: 24, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetMaxAnisotropy
+    PfnRow { at: 15351, len: 27, name_len: 27, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetMipmapFilterMode
+    PfnRow { at: 15378, len: 26, name_len: 26, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetMipmapLevelBias
+    PfnRow { at: 15404, len: 27, name_len: 27, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetMipmapLevelClamp
+    PfnRow { at: 15431, len: 25, name_len: 25, version: 5000, per_thread: PerThread::No, headers: 3 }, // cuTexRefSetMipmappedArray
+    PfnRow { at: 15456, len: 33, name_len: 33, version: 10010, per_thread: PerThread::No, headers: 3 }, // cuThreadExchangeStreamCaptureMode
+    PfnRow { at: 15489, len: 18, name_len: 18, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuUserObjectCreate
+    PfnRow { at: 15507, len: 19, name_len: 19, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuUserObjectRelease
+    PfnRow { at: 15526, len: 18, name_len: 18, version: 11030, per_thread: PerThread::No, headers: 3 }, // cuUserObjectRetain
+    PfnRow { at: 15544, len: 16, name_len: 16, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuVDPAUCtxCreate
+    PfnRow { at: 15560, len: 19, name_len: 16, version: 3020, per_thread: PerThread::No, headers: 3 }, // cuVDPAUCtxCreate_v2
+    PfnRow { at: 15579, len: 16, name_len: 16, version: 3010, per_thread: PerThread::No, headers: 3 }, // cuVDPAUGetDevice
+    PfnRow { at: 15595, len: 14, name_len: 14, version: 2020, per_thread: PerThread::No, headers: 3 }, // cuWGLGetDevice
+    PfnRow { at: 15609, len: 29, name_len: 29, version: 10000, per_thread: PerThread::No, headers: 3 }, // cuWaitExternalSemaphoresAsync
+    PfnRow { at: 15638, len: 34, name_len: 29, version: 10000, per_thread: PerThread::Ptsz, headers: 3 }, // cuWaitExternalSemaphoresAsync_ptsz
 ];

@@ -7,9 +7,9 @@ use cuda_types::pfn_table::{IN_12_9, IN_13, PFN_ROWS, PerThread};
 fn row(name: &str, version: u32, pt: PerThread) -> &'static str {
     PFN_ROWS
         .iter()
-        .find(|r| r.name == name && r.version == version && r.per_thread == pt)
+        .find(|r| r.name() == name && r.version == version && r.per_thread == pt)
         .unwrap_or_else(|| panic!("no row {name}@{version} {pt:?}"))
-        .symbol
+        .symbol()
 }
 
 #[test]
@@ -17,11 +17,11 @@ fn rows_are_sorted_unique_and_from_both_releases() {
     assert!(PFN_ROWS.len() > 700, "{} rows", PFN_ROWS.len());
     for w in PFN_ROWS.windows(2) {
         let (a, b) = (&w[0], &w[1]);
-        assert!((a.name, a.version) <= (b.name, b.version), "not sorted: {a:?} {b:?}");
-        assert!(!(a.name == b.name && a.version == b.version && a.per_thread == b.per_thread), "duplicate {a:?}");
+        assert!((a.name(), a.version) <= (b.name(), b.version), "not sorted: {a:?} {b:?}");
+        assert!(!(a.name() == b.name() && a.version == b.version && a.per_thread == b.per_thread), "duplicate {a:?}");
     }
-    assert!(PFN_ROWS.iter().all(|r| r.headers & (IN_12_9 | IN_13) != 0 && r.symbol.starts_with(r.name)
-        || r.symbol == "cuGraphInstantiateWithFlags"));
+    assert!(PFN_ROWS.iter().all(|r| r.headers & (IN_12_9 | IN_13) != 0 && r.symbol().starts_with(r.name())
+        || r.symbol() == "cuGraphInstantiateWithFlags"));
     assert!(PFN_ROWS.iter().any(|r| r.headers == IN_13), "no 13.x-only threshold");
 }
 
@@ -45,7 +45,7 @@ fn thresholds_that_changed_in_13() {
     assert_eq!(row("cuMemcpyHtoD", 7000, Ptds), "cuMemcpyHtoD_v2_ptds");
     assert_eq!(row("cuGetProcAddress", 12000, No), "cuGetProcAddress_v2");
     assert_eq!(row("cuGraphInstantiate", 12000, No), "cuGraphInstantiateWithFlags");
-    let r = PFN_ROWS.iter().find(|r| r.name == "cuCtxGetDevice" && r.version == 13000).unwrap();
+    let r = PFN_ROWS.iter().find(|r| r.name() == "cuCtxGetDevice" && r.version == 13000).unwrap();
     assert_eq!(r.headers, IN_13);
 }
 
