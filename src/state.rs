@@ -24,6 +24,9 @@ pub struct State {
     pub allocs: AllocTable,
     /// VMM handles, arrays and created contexts we counted, keyed by handle value.
     pub handles: AllocTable,
+    /// Allocations `CUDA_OVERSUBSCRIBE` served from managed memory: never counted, but part of
+    /// the driver's per-process figure (`memory::spilled_on`).
+    pub spilled: AllocTable,
     pub pid: i32,
     /// The container's region could not be opened for lack of a resource (descriptors, memory,
     /// space): what the container uses is unknown, so device memory (allocations and contexts)
@@ -138,6 +141,7 @@ fn build() -> State {
         ledger,
         allocs: AllocTable::new(),
         handles: AllocTable::new(),
+        spilled: AllocTable::new(),
         pid,
         closed,
         devices: OnceLock::new(),
