@@ -11,7 +11,7 @@ use cuda_types::pfn;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vgpu_core::ledger::{AllocRecord, AllocTable, ReserveError};
-use vgpu_core::region::{MAX_DEVICES, UsageKind};
+use vgpu_core::region::UsageKind;
 use vgpu_core::{slots, views};
 
 /// The calling thread's current context: the owner of what it allocates (0 if none).
@@ -182,10 +182,6 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
     r
 }
 
-/// Per region device: bytes of spills under way (the managed allocation made, not yet in
-/// `State::spilled`).
-static SPILLING: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
-
 /// `CUDA_OVERSUBSCRIBE=true`: an allocation that does not fit is served from managed memory whose
 /// preferred location is host RAM, so the excess lives in host memory (slower to reach from the
 /// GPU) instead of failing. It is not device memory and is not counted against the limit; the
@@ -196,7 +192,7 @@ unsafe fn spill_to_host(st: &State, dev: usize, dptr: *mut CUdeviceptr, size: us
     // The driver's figure for this process includes the spill from the allocation on: announced
     // before it (and kept until it is in the table), so no measurement of ours charges it.
     let _change = st.ledger.change();
-    let spilling = &SPILLING[dev];
+    let spilling = &st.spilling[dev];
     spilling.fetch_add(size as u64, Ordering::SeqCst);
     let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
     if r == CUDA_SUCCESS {
@@ -214,16 +210,6 @@ unsafe fn spill_to_host(st: &State, dev: usize, dptr: *mut CUdeviceptr, size: us
         if advised { " preferring host RAM" } else { " (driver could not be advised to prefer host RAM)" }
     );
     CUDA_SUCCESS
-}
-
-/// What the driver may hold on region device `dev` for this process's `CUDA_OVERSUBSCRIBE`
-/// spills (with their rounding to the driver's granule): not counted by design, so neither the
-/// reconciliation nor a context's measurement may charge it.
-pub fn spilled_on(dev: usize) -> u64 {
-    // Under way first: a spill leaves it only after entering the table.
-    let spilling = SPILLING.get(dev).map_or(0, |s| s.load(Ordering::SeqCst));
-    let spilled = state::get().spilled.sum_on(dev, |r| r.bytes.saturating_add(vgpu_core::reconcile::rounding(r.bytes)));
-    spilling.saturating_add(spilled)
 }
 
 pub unsafe fn mem_alloc_pitch(
@@ -632,7 +618,7 @@ fn charge_measured(st: &State, dev: usize, held: u64) -> Result<(u64, bool), ()>
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
         return Ok((0, false));
     };
-    let theirs = st.ledger.own_usage(dev).saturating_sub(held).saturating_add(spilled_on(dev));
+    let theirs = st.ledger.own_usage(dev).saturating_sub(held).saturating_add(st.spilled_on(dev));
     let cost = truth.saturating_sub(theirs);
     if cost < held {
         st.ledger.release(dev, UsageKind::Context, held - cost);

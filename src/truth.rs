@@ -167,7 +167,7 @@ fn allowance(d: usize) -> u64 {
         .sum_on(d, round)
         .saturating_add(st.handles.sum_on(d, round))
         .saturating_add(driver_costs::pool_slack(d))
-        .saturating_add(crate::memory::spilled_on(d))
+        .saturating_add(st.spilled_on(d))
 }
 
 /// (truth, counted) of region device `d` now, if measurable.
