@@ -17,9 +17,10 @@
 #
 # `test` runs, built for aarch64 and executed under qemu: the vgpu-core unit tests (region
 # protocol, atomics, futex locks, slot recovery after SIGKILL, multi-process), the shim's unit
-# tests, the integration tests in AARCH64_TESTS (memory limit, region protocol across processes,
-# preload safety, dlsym interception, the shipped aarch64 artifact's checks: run ci/release.sh
-# first), and SHIPPED_TESTS again with that artifact as the shim. What stays with the native run,
+# tests, the integration tests in AARCH64_TESTS (memory limit per API and across processes with
+# SIGSTOP and SIGKILL storms, fork, region protocol, preload safety, dlsym interception, the
+# shipped aarch64 artifact's checks: run ci/release.sh first), and SHIPPED_TESTS again with that
+# artifact as the shim. What stays with the native run,
 # and why: docs/aarch64.md. Emulation says nothing about speed: these runs check correctness only.
 #
 # Environment: VGPU_AARCH64_ROOT (default target/aarch64-root), VGPU_DEBIAN_MIRROR (default
@@ -40,8 +41,8 @@ PACKAGES=(rustc cargo libstd-rust-dev:arm64 gcc gcc-aarch64-linux-gnu libc6-dev-
 # aarch64 builds, unpacked beside the root's own (ARM64_BIN) and mounted over them for the tests.
 ARM64_DEBS=(dash:arm64 coreutils:arm64)
 ARM64_BIN=/opt/arm64/usr/bin
-AARCH64_TESTS=(memory_region memory_multiprocess preload_safety interception hardening_dlsym
-    hardening_loader_lock release_floor)
+AARCH64_TESTS=(memory_region memory_multiprocess memory_api fork preload_safety interception
+    hardening_dlsym hardening_loader_lock release_floor)
 SHIPPED_TESTS=(preload_safety interception hardening_dlsym)
 
 log() { printf '[aarch64] %s\n' "$*" >&2; }
@@ -171,14 +172,8 @@ cmd_test() {
     # Under qemu every process runs one helper thread of qemu's own, so the two checks that a
     # non-CUDA process has exactly one thread stay with the native run (the same tests' mapping
     # checks run here). The namespace tests skip loudly: the root's mount namespace is a chroot.
-    # Also left to the native run: memory_api and fork (the context charges they expect, measured
-    # from the simulated NVML, are off in some runs under qemu, a context sometimes counted
-    # twice; the cause is open, docs/aarch64.md), and the two tests whose signal must land while
-    # the target holds the lock (timing).
     local emu_skips=(--skip dlsym_user_without_cuda_loads_nothing_and_starts_no_thread
-        --skip release_artifact_in_non_cuda_processes_maps_nothing
-        --skip stopped_lock_holder_blocks_others_only_for_a_bounded_time
-        --skip sigkill_storm_including_lock_holders_leaves_no_hang_and_exact_reclaim)
+        --skip release_artifact_in_non_cuda_processes_maps_nothing)
     log "integration tests under emulation: ${tests[*]}"
     ARM64_USERLAND=$ARM64_BIN in_root env "${CROSS_ENV[@]}" VGPU_ALLOW_SKIP_NAMESPACES=1 \
         VGPU_RELEASE_SO="$ROOT/target/release-floor-aarch64/libvgpu.so" \

@@ -91,6 +91,21 @@ check_machine() {
     fi
 }
 
+# check_pages FILE ARCH [NAME]: on aarch64 every loadable segment can be mapped by a kernel with
+# 64 KiB pages (Grace nodes run them): aligned to 64 KiB, file offset and address congruent.
+check_pages() {
+    local name=${3:-$(basename "$1")} bad=0 off addr align
+    [ "$2" = aarch64 ] || return 0
+    while read -r off addr align; do
+        if ((align < 0x10000 || (off - addr) % 0x10000 != 0)); then
+            log "FAIL $name: LOAD segment at offset $off, address $addr, alignment $align: not loadable with 64 KiB pages"
+            bad=1
+        fi
+    done < <(readelf -lW "$1" | awk '$1 == "LOAD" {print $2, $3, $NF}')
+    [ "$bad" -ne 0 ] || log "ok   $name: LOAD segments loadable with 64 KiB pages"
+    return "$bad"
+}
+
 # version_le A B: A <= B in version order.
 version_le() {
     [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$1" ]
@@ -143,6 +158,7 @@ check_bin() {
     local bin=$1 floor=$2 arch=$3 bad=0 max needed
     [ -f "$bin" ] || die "no such file: $bin"
     check_machine "$bin" "$arch" || bad=1
+    check_pages "$bin" "$arch" || bad=1
     max=$(max_glibc "$bin")
     if [ -n "$max" ] && ! version_le "$max" "$floor"; then
         log "FAIL $(basename "$bin"): highest GLIBC_ version $max exceeds the floor $floor"
@@ -169,6 +185,7 @@ check_artifact() {
     [ -f "$so" ] || die "no such file: $so"
     [ -n "$arch" ] || arch=$(elf_arch "$so") || die "$so is neither x86_64 nor aarch64"
     check_machine "$so" "$arch" || bad=1
+    check_pages "$so" "$arch" || bad=1
     check_so "$so" "$floor" || bad=1
     if readelf -lW "$so" | grep -qw TLS; then log "FAIL the first stage has a TLS segment"; bad=1; fi
     if readelf -dW "$so" | grep -qE '\((INIT|INIT_ARRAY|PREINIT_ARRAY)\)'; then
@@ -180,6 +197,7 @@ check_artifact() {
     fi
     log "     embedded engine: $(stat -c %s "$eng") bytes"
     check_machine "$eng" "$arch" "embedded engine" || bad=1
+    check_pages "$eng" "$arch" "embedded engine" || bad=1
     check_so "$eng" "$floor" "$ENGINE_ALLOWED_NEEDED" || bad=1
     exported_functions "$eng" | grep -qx vgpu_engine_attach ||
         { log "FAIL the engine lacks vgpu_engine_attach"; bad=1; }

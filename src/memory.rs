@@ -177,7 +177,7 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
         produced(unsafe { real(dptr, size) }, || unsafe { *dptr })
     });
     if r == CUDA_ERROR_OUT_OF_MEMORY && st.config.oversubscribe {
-        return unsafe { spill_to_host(dptr, size) };
+        return unsafe { spill_to_host(st, dev, dptr, size) };
     }
     r
 }
@@ -186,10 +186,21 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CUdeviceptr, size: 
 /// preferred location is host RAM, so the excess lives in host memory (slower to reach from the
 /// GPU) instead of failing. It is not device memory and is not counted against the limit; the
 /// application frees it with `cuMemFree` as usual.
-unsafe fn spill_to_host(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+unsafe fn spill_to_host(st: &State, dev: usize, dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     const PREFERRED_LOCATION: u32 = 3; // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
     let Some(managed) = crate::driver::cuMemAllocManaged() else { return CUDA_ERROR_OUT_OF_MEMORY };
-    if unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) } != CUDA_SUCCESS {
+    // The driver's figure for this process includes the spill from the allocation on: announced
+    // before it (and kept until it is in the table), so no measurement of ours charges it.
+    let _change = st.ledger.change();
+    let spilling = &st.spilling[dev];
+    spilling.fetch_add(size as u64, Ordering::SeqCst);
+    let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
+    if r == CUDA_SUCCESS {
+        let rec = AllocRecord { dev, bytes: size as u64, kind: UsageKind::Data, owner: current_ctx() };
+        st.spilled.insert(unsafe { *dptr }, rec);
+    }
+    spilling.fetch_sub(size as u64, Ordering::SeqCst);
+    if r != CUDA_SUCCESS {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let advised = driver::cuMemAdvise()
@@ -256,7 +267,13 @@ pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
     if dptr == 0 {
         return unsafe { real(dptr) };
     }
-    freeing(|| unsafe { real(dptr) }, |st| uncount(st, &st.allocs, dptr))
+    freeing(
+        || unsafe { real(dptr) },
+        |st| {
+            uncount(st, &st.allocs, dptr);
+            st.spilled.remove(dptr);
+        },
+    )
 }
 
 // ---- stream-ordered allocations ----
@@ -469,6 +486,8 @@ pub fn context_torn_down(ctx: u64) {
             bytes = bytes.saturating_add(rec.bytes);
         }
     }
+    // Spills die with their context too (never counted: nothing to give back).
+    st.spilled.remove_owned_by(ctx);
     if bytes > 0 {
         crate::debug!("context {ctx:#x} torn down: uncounted {bytes} bytes it owned");
     }
@@ -599,7 +618,8 @@ fn charge_measured(st: &State, dev: usize, held: u64) -> Result<(u64, bool), ()>
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
         return Ok((0, false));
     };
-    let cost = truth.saturating_sub(st.ledger.own_usage(dev).saturating_sub(held));
+    let theirs = st.ledger.own_usage(dev).saturating_sub(held).saturating_add(st.spilled_on(dev));
+    let cost = truth.saturating_sub(theirs);
     if cost < held {
         st.ledger.release(dev, UsageKind::Context, held - cost);
     }

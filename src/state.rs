@@ -24,6 +24,12 @@ pub struct State {
     pub allocs: AllocTable,
     /// VMM handles, arrays and created contexts we counted, keyed by handle value.
     pub handles: AllocTable,
+    /// Allocations `CUDA_OVERSUBSCRIBE` served from managed memory: never counted, but part of
+    /// the driver's per-process figure ([`State::spilled_on`]).
+    pub spilled: AllocTable,
+    /// Per region device: bytes of spills under way (the managed allocation made or being made,
+    /// not yet in `spilled`).
+    pub spilling: [AtomicU64; MAX_DEVICES],
     pub pid: i32,
     /// The container's region could not be opened for lack of a resource (descriptors, memory,
     /// space): what the container uses is unknown, so device memory (allocations and contexts)
@@ -138,6 +144,8 @@ fn build() -> State {
         ledger,
         allocs: AllocTable::new(),
         handles: AllocTable::new(),
+        spilled: AllocTable::new(),
+        spilling: Default::default(),
         pid,
         closed,
         devices: OnceLock::new(),
@@ -279,6 +287,17 @@ fn apply_override_env() {
 }
 
 impl State {
+    /// What the driver may hold on region device `dev` for this process's `CUDA_OVERSUBSCRIBE`
+    /// spills (with their rounding to the driver's granule): not counted by design, so neither
+    /// the reconciliation nor a context's measurement may charge it.
+    pub fn spilled_on(&self, dev: usize) -> u64 {
+        // Under way first: a spill leaves it only after entering the table.
+        let spilling = self.spilling.get(dev).map_or(0, |s| s.load(Ordering::SeqCst));
+        let round =
+            |r: &vgpu_core::ledger::AllocRecord| r.bytes.saturating_add(vgpu_core::reconcile::rounding(r.bytes));
+        spilling.saturating_add(self.spilled.sum_on(dev, round))
+    }
+
     /// Memory limit of a region device: the region's live value (the monitor may own it), else
     /// the configuration's.
     pub fn configured_limit(&self, dev: usize) -> u64 {

@@ -156,13 +156,18 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
 }
 
 /// Driver-held bytes on region device `d` that the ledger explains without counting them: the
-/// rounding of every counted data allocation and the unused reserve of stream-ordered pools.
+/// rounding of every counted data allocation, the unused reserve of stream-ordered pools and the
+/// `CUDA_OVERSUBSCRIBE` spills.
 /// (Walks the allocation tables: O(allocations), every 250 ms at most.)
 fn allowance(d: usize) -> u64 {
     let st = state::get();
     let round =
         |r: &vgpu_core::ledger::AllocRecord| if r.kind == UsageKind::Data { reconcile::rounding(r.bytes) } else { 0 };
-    st.allocs.sum_on(d, round).saturating_add(st.handles.sum_on(d, round)).saturating_add(driver_costs::pool_slack(d))
+    st.allocs
+        .sum_on(d, round)
+        .saturating_add(st.handles.sum_on(d, round))
+        .saturating_add(driver_costs::pool_slack(d))
+        .saturating_add(st.spilled_on(d))
 }
 
 /// (truth, counted) of region device `d` now, if measurable.

@@ -482,7 +482,9 @@ fn context_teardown_uncounts_the_allocations_it_freed() {
 
 /// `CUDA_OVERSUBSCRIBE=true`: an allocation beyond the limit is served from managed memory (host
 /// RAM preferred) instead of failing; it is not counted against the limit, and freeing it leaves
-/// the counts untouched. Without the variable the same request is refused.
+/// the counts untouched. The driver's per-process figure includes it (the simulated one does), so
+/// neither the periodic reconciliation nor a new context's measurement may charge it. Without the
+/// variable the same request is refused.
 #[test]
 fn oversubscribe_serves_the_excess_from_managed_memory() {
     let sb = Sandbox::new("oversubscribe");
@@ -496,6 +498,17 @@ fn oversubscribe_serves_the_excess_from_managed_memory() {
     assert_data(&sb, &c, 40 * MIB);
     // 40 MiB more does not fit under 64 MiB: served anyway, not counted.
     let b = c.ok(&format!("alloc {}", 40 * MIB)).id();
+    assert_data(&sb, &c, 40 * MIB);
+    // Past two reconciliation periods (250 ms each): still not counted.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_data(&sb, &c, 40 * MIB);
+    // A context created beside the spill is charged what it costs (nothing more on the simulated
+    // driver, whose device footprint exists once per process), not the spill with it.
+    let cid = c.ok("ctx_create 0").id();
+    let u = used(&sb, &c);
+    assert_eq!((u.context, u.data), (CTX, 40 * MIB), "created context beside a spill: {u:?}");
+    c.ok(&format!("ctx_destroy {cid}"));
+    c.ok("ctx 0");
     assert_data(&sb, &c, 40 * MIB);
     c.ok(&format!("free {b}"));
     assert_data(&sb, &c, 40 * MIB);
