@@ -271,7 +271,10 @@ pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
         || unsafe { real(dptr) },
         |st| {
             uncount(st, &st.allocs, dptr);
-            st.spilled.remove(dptr);
+            // Spills exist only under CUDA_OVERSUBSCRIBE: no second table lock on every free.
+            if st.config.oversubscribe {
+                st.spilled.remove(dptr);
+            }
         },
     )
 }
