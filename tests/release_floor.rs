@@ -379,6 +379,29 @@ fn release_artifact_maps_engine_without_proc() {
     assert!(left.is_empty(), "temporary engine copy left behind: {left:?}");
 }
 
+/// Where `sendfile` is refused (a sandbox's system-call filter, an old kernel), the first stage
+/// copies its engine with `pread`/`write` and the client runs limited as usual.
+#[test]
+fn release_artifact_maps_engine_without_sendfile() {
+    let Some((so, _)) = artifact() else { return };
+    let sb = Sandbox::new("floor-nosendfile");
+    let deny = c_program("deny_sendfile", &["deny_sendfile.c"], &[]);
+    let client = limit_client();
+    let out = sb
+        .run(&deny)
+        .args([client.to_str().unwrap(), "info", "alloc:600", "alloc:100"])
+        .env("LD_PRELOAD", &so)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", "512m")
+        .timeout_secs(60)
+        .go();
+    assert_ne!(out.code, Some(3), "this machine refuses seccomp filters (qemu-user does): {}", out.dump());
+    out.ok();
+    assert_eq!(u64_of(&out, "s0.total"), 512 * MIB, "{}", out.dump());
+    expect(&out, "s1.alloc", OOM);
+    expect(&out, "s2.alloc", "0");
+    out.assert_no_shim_errors();
+}
+
 /// `vgpu-smi` ships beside the library: same glibc floor, only glibc's own
 /// libraries, no driver needed; it reads a region the floor library wrote.
 #[test]
