@@ -29,13 +29,13 @@ impl Mark {
     }
 
     pub fn done(&self) -> bool {
-        sim::now() >= self.at && self.tickets().all(|(d, t)| state().served_ns(my_slot(), d).0 >= t)
+        sim::now() >= self.at && self.tickets().all(|(d, t)| !pending(d, t))
     }
 
     /// Sleep until complete (until each ticket's predicted time, again while others' work delays it).
     pub fn wait(&self) {
         for (d, t) in self.tickets() {
-            while state().served_ns(my_slot(), d).0 < t {
+            while pending(d, t) {
                 sim::sleep_until(state().ticket_time(my_slot(), d, t));
             }
         }
@@ -46,4 +46,11 @@ impl Mark {
     pub fn time(&self) -> u64 {
         self.tickets().map(|(d, t)| state().ticket_time(my_slot(), d, t)).fold(self.at, u64::max)
     }
+}
+
+/// This process's work up to `ticket` on `dev` has not run yet. A ticket this process never queued
+/// (a forked child's copy of its parent's streams) is complete.
+fn pending(dev: usize, ticket: u64) -> bool {
+    let (served, queued) = state().served_ns(my_slot(), dev);
+    served < ticket && queued >= ticket
 }

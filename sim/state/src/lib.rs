@@ -937,13 +937,13 @@ impl SimState {
 
     /// Time-sliced: the earliest time record `slot` can reach `ticket` on `dev` (exact unless other
     /// work is queued meanwhile); the time it reached it when it already has (from the record's
-    /// intervals; now when they no longer reach back).
+    /// intervals; now when they no longer reach back or the record never queued that much).
     pub fn ticket_time(&self, slot: usize, dev: usize, ticket: u64) -> u64 {
         let _g = self.sched_guard();
         let (s, owner) = self.run_slicer(dev);
         self.store_slicer(dev, &s, &owner);
         if s.served[slot] < ticket {
-            return s.predict(slot, ticket);
+            return if s.queued[slot] >= ticket { s.predict(slot, ticket) } else { s.clock };
         }
         let (_, iv) = self.intervals(slot, dev);
         let mut cum = s.served[slot];
