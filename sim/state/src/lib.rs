@@ -183,6 +183,9 @@ struct SchedShared {
     clock: AtomicU64,
     cur: AtomicU64,
     turn_left: AtomicU64,
+    /// Bit p: record p had queued work at the last update (only those are loaded to run the
+    /// schedule; every other record's backlog is empty).
+    busy_mask: [AtomicU64; MAX_PROCS / 64],
     /// Per record: the state word its figures belong to (a recycled record starts from zero).
     owner: [AtomicU32; MAX_PROCS],
     queued: [AtomicU64; MAX_PROCS],
@@ -871,49 +874,68 @@ impl SimState {
         }
     }
 
-    /// The schedule of `dev` (caller holds the guard); records recycled since their figures were
-    /// written start from zero.
-    fn load_slicer(&self, dev: usize) -> (Slicer, [u32; MAX_PROCS]) {
+    /// The schedule of `dev` (caller holds the guard): the records with queued work and `want`;
+    /// records recycled since their figures were written start from zero.
+    fn load_slicer(&self, dev: usize, want: Option<usize>) -> Loaded {
         let h = self.sh();
         let sc = &h.sched[dev];
         let mut s = Slicer::new(self.timeslice_ns(), MAX_PROCS);
         s.clock = sc.clock.load(Ordering::Relaxed);
         s.cur = sc.cur.load(Ordering::Relaxed) as usize % MAX_PROCS;
         s.turn_left = sc.turn_left.load(Ordering::Relaxed);
-        let owner: [u32; MAX_PROCS] = std::array::from_fn(|p| h.procs[p].state.load(Ordering::Acquire));
-        for (p, &word) in owner.iter().enumerate() {
-            if st_of(word) == ST_ALIVE && sc.owner[p].load(Ordering::Relaxed) == word {
-                s.queued[p] = sc.queued[p].load(Ordering::Relaxed);
-                s.served[p] = sc.served[p].load(Ordering::Relaxed);
+        let mut mask: [u64; MAX_PROCS / 64] = std::array::from_fn(|i| sc.busy_mask[i].load(Ordering::Relaxed));
+        if let Some(p) = want {
+            mask[p / 64] |= 1 << (p % 64);
+        }
+        let mut slots = Vec::new();
+        for (i, &m) in mask.iter().enumerate() {
+            let mut m = m;
+            while m != 0 {
+                let p = i * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                let word = h.procs[p].state.load(Ordering::Acquire);
+                if st_of(word) == ST_ALIVE && sc.owner[p].load(Ordering::Relaxed) == word {
+                    s.queued[p] = sc.queued[p].load(Ordering::Relaxed);
+                    s.served[p] = sc.served[p].load(Ordering::Relaxed);
+                }
+                slots.push((p, word));
             }
         }
-        (s, owner)
+        Loaded { s, slots }
     }
 
-    fn store_slicer(&self, dev: usize, s: &Slicer, owner: &[u32; MAX_PROCS]) {
+    fn store_slicer(&self, dev: usize, l: &Loaded) {
         let sc = &self.sh().sched[dev];
+        let s = &l.s;
         sc.clock.store(s.clock, Ordering::Relaxed);
         sc.cur.store(s.cur as u64, Ordering::Relaxed);
         sc.turn_left.store(s.turn_left, Ordering::Relaxed);
-        for (p, &word) in owner.iter().enumerate() {
+        let mut mask = [0u64; MAX_PROCS / 64];
+        for &(p, word) in &l.slots {
             sc.owner[p].store(word, Ordering::Relaxed);
             sc.queued[p].store(s.queued[p], Ordering::Relaxed);
             sc.served[p].store(s.served[p], Ordering::Relaxed);
+            if s.backlog(p) > 0 {
+                mask[p / 64] |= 1 << (p % 64);
+            }
+        }
+        for (w, m) in sc.busy_mask.iter().zip(mask) {
+            w.store(m, Ordering::Relaxed);
         }
     }
 
     /// Run the schedule of `dev` up to now (caller holds the guard), recording what ran.
-    fn run_slicer(&self, dev: usize) -> (Slicer, [u32; MAX_PROCS]) {
-        let (mut s, owner) = self.load_slicer(dev);
-        s.advance(now_mono_ns(), |p, a, b| self.record_interval(p, dev, a, b));
-        (s, owner)
+    fn run_slicer(&self, dev: usize, want: Option<usize>) -> Loaded {
+        let mut l = self.load_slicer(dev, want);
+        l.s.advance(now_mono_ns(), |p, a, b| self.record_interval(p, dev, a, b));
+        l
     }
 
     /// Time-sliced: run the schedule of `dev` up to now, so that the busy intervals cover it.
     pub fn settle(&self, dev: usize) {
         if let Some(_g) = self.sched_guard() {
-            let (s, owner) = self.run_slicer(dev);
-            self.store_slicer(dev, &s, &owner);
+            let l = self.run_slicer(dev, None);
+            self.store_slicer(dev, &l);
         }
     }
 
@@ -921,18 +943,18 @@ impl SimState {
     /// (complete once [`served_ns`](Self::served_ns) reaches it).
     pub fn queue(&self, slot: usize, dev: usize, dur: u64) -> u64 {
         let _g = self.sched_guard();
-        let (mut s, owner) = self.run_slicer(dev);
-        let t = s.queue(slot, dur);
-        self.store_slicer(dev, &s, &owner);
+        let mut l = self.run_slicer(dev, Some(slot));
+        let t = l.s.queue(slot, dur);
+        self.store_slicer(dev, &l);
         t
     }
 
     /// Time-sliced: (served, queued) device time of record `slot` on `dev` up to now.
     pub fn served_ns(&self, slot: usize, dev: usize) -> (u64, u64) {
         let _g = self.sched_guard();
-        let (s, owner) = self.run_slicer(dev);
-        self.store_slicer(dev, &s, &owner);
-        (s.served[slot], s.queued[slot])
+        let l = self.run_slicer(dev, Some(slot));
+        self.store_slicer(dev, &l);
+        (l.s.served[slot], l.s.queued[slot])
     }
 
     /// Time-sliced: the earliest time record `slot` can reach `ticket` on `dev` (exact unless other
@@ -940,8 +962,9 @@ impl SimState {
     /// intervals; now when they no longer reach back or the record never queued that much).
     pub fn ticket_time(&self, slot: usize, dev: usize, ticket: u64) -> u64 {
         let _g = self.sched_guard();
-        let (s, owner) = self.run_slicer(dev);
-        self.store_slicer(dev, &s, &owner);
+        let l = self.run_slicer(dev, Some(slot));
+        self.store_slicer(dev, &l);
+        let s = &l.s;
         if s.served[slot] < ticket {
             return if s.queued[slot] >= ticket { s.predict(slot, ticket) } else { s.clock };
         }
@@ -959,6 +982,13 @@ impl SimState {
 }
 
 struct SchedGuard<'a>(&'a AtomicU32);
+
+/// A device's schedule as loaded: the slicer and the records loaded into it (with the state word
+/// each was read under).
+struct Loaded {
+    s: Slicer,
+    slots: Vec<(usize, u32)>,
+}
 
 impl Drop for SchedGuard<'_> {
     fn drop(&mut self) {
