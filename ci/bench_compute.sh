@@ -9,6 +9,7 @@
 #   BENCH_SECTIONS=main,pair,nonvml,under,latency,burst   (default: all)
 #   BENCH_BURST_WORK=long,mix BENCH_BURST_PROCS=4 BENCH_BURST_SCEN=AC,AD,Bstart   burst cells subset
 #   BENCH_BURST_WINDOW=3   seconds measured after 1 s in the steady-state burst rows (default 5)
+#   BENCH_BURST_TIMESLICE_US=1000   burst rows on the time-sliced simulated GPU (default 0: one FIFO)
 #   BENCH_TRACE_DIR=DIR   clients' stderr (LIBCUDA_LOG_LEVEL=4) and each cell's 100 ms series into DIR
 #
 # Output: a markdown report on stdout; report, CSV and plot in $BENCH_OUT (default
@@ -234,6 +235,10 @@ out()
 # ---- burst: the limit as a guarantee, idle time up to CUDA_DEVICE_SM_CEILING ----------------
 burst_trace = {}
 BURST_T, BURST_B_START = 4.0, 1.5
+# BENCH_BURST_TIMESLICE_US: the burst rows on the time-sliced simulated GPU (processes round-robin in
+# slices of that many µs, as a real GPU time-slices between contexts); 0: one FIFO across processes.
+BURST_SLICE = os.environ.get("BENCH_BURST_TIMESLICE_US") or "0"
+BURST_EXTRA = {"VGPU_SIM_TIMESLICE_US": BURST_SLICE} if BURST_SLICE != "0" else {}
 # The steady-state rows use the main matrix's 5 s window: with 20 ms kernels a pair's split wanders by
 # a few points over a second or two (docs/design.md "Burst", what the rule leaves).
 BURST_WINDOW = float(os.environ.get("BENCH_BURST_WINDOW") or 5.0)
@@ -242,6 +247,8 @@ out()
 out(f"Share over 1-{1 + BURST_WINDOW:.0f} s after a common start (B-start: B's first second after it starts, and the time until B's")
 out("100 ms share first reaches 45 %). Targets: alone >= 90; A+B: B >= 48, A 28-52; A+C: 50 +- 5 each, sum >= 92;")
 out("A+D: 25 +- 5 / 75 +- 5; B-start: B's first second >= 45.")
+if BURST_EXTRA:
+    out(f"Time-sliced simulated GPU: processes round-robin in {BURST_SLICE} us slices (VGPU_SIM_TIMESLICE_US).")
 out()
 out("| workload | procs | A 30/100 alone | A 30/100 + B 50 | A 30/100 + C 30/100 | A 20/100 + D 60/100 | B starts: B first 1 s / A | time to 45 % |")
 out("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -254,7 +261,7 @@ BURST_PROCS = [int(n) for n in (os.environ.get("BENCH_BURST_PROCS") or "1,4").sp
 BURST_SCEN = set((os.environ.get("BENCH_BURST_SCEN") or "alone,AB,AC,AD,Bstart").split(","))
 NAN4 = (float("nan"), [], [], 0)
 def burst_cell(name, containers, wargs, **kw):
-    return run_cell(containers, wargs, **kw) if name in BURST_SCEN else [NAN4] * len(containers)
+    return run_cell(containers, wargs, extra=BURST_EXTRA, **kw) if name in BURST_SCEN else [NAN4] * len(containers)
 for wname, wargs in (BURST_WORK if "burst" in SECTIONS else []):
     for n in BURST_PROCS:
         (al, _, _, _), = burst_cell("alone", [(30, n, 100, 0.0)], wargs, settle=1.0, window=BURST_WINDOW)

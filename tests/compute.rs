@@ -640,3 +640,26 @@ fn killed_process_leaves_the_budget_to_the_survivor() {
         assert_eq!(o2.signal, Some(libc::SIGKILL));
     });
 }
+
+// ------------------------------------------------------------------------------------------------
+// The time-sliced simulated GPU (`VGPU_SIM_TIMESLICE_US`), no shim
+
+#[test]
+fn time_sliced_sim_splits_the_device_and_serves_a_light_process_within_a_slice() {
+    // Two processes with 20 ms kernels and one with a 200 µs kernel, synchronised, every 2 ms: in
+    // 1 ms slices the light one waits about one slice per kernel (~4 ms a round, ~370 in 1.5 s),
+    // the heavy ones split the rest evenly. On the FIFO it waits behind their queues (~40 ms).
+    let sb = Sandbox::new("sim_timeslice");
+    sb.run(client()).args(["--count", "0"]).env("VGPU_SIM_TIMESLICE_US", "1000").go().ok();
+    let heavy = Job::default().args(&["--seconds", "1.5", "--kernel-us", "20000"]);
+    let light = Job::default().args(&["--seconds", "1.5", "--kernel-us", "200", "--pace-us", "2000"]);
+    let (a, b, c) = std::thread::scope(|s| {
+        let (ha, hb) = (s.spawn(|| heavy.go(&sb, 30)), s.spawn(|| heavy.go(&sb, 30)));
+        let hc = s.spawn(|| light.go(&sb, 30));
+        (ha.join().unwrap(), hb.join().unwrap(), hc.join().unwrap())
+    });
+    let (sa, sb_) = (self_share(a.ok()), self_share(b.ok()));
+    assert!(sa + sb_ >= 75.0 && (sa - sb_).abs() <= 12.0, "heavy processes: {sa:.1} % / {sb_:.1} %");
+    let n: u64 = c.ok().val("launches").parse().unwrap();
+    assert!(n >= 150, "light process: {n} rounds in 1.5 s");
+}

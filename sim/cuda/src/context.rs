@@ -16,7 +16,7 @@ pub(crate) struct Ctx {
     pub refcount: u32,
     pub flags: u32,
     /// Latest end of any work submitted in this context.
-    pub max_tail: u64,
+    pub max_tail: crate::mark::Mark,
 }
 
 thread_local! {
@@ -60,7 +60,14 @@ pub(crate) fn ctx_entry(sim: &mut Sim, h: u64) -> Option<&mut Ctx> {
         std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
         std::collections::hash_map::Entry::Vacant(e) => {
             let dev = primary_dev(h)?;
-            Some(e.insert(Ctx { dev, primary: true, active: false, refcount: 0, flags: 0, max_tail: 0 }))
+            Some(e.insert(Ctx {
+                dev,
+                primary: true,
+                active: false,
+                refcount: 0,
+                flags: 0,
+                max_tail: Default::default(),
+            }))
         }
     }
 }
@@ -202,7 +209,8 @@ pub(crate) fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUr
         let mut sim = sim::lock();
         activate(&mut sim, d)?;
         let h = sim::new_handle();
-        sim.ctxs.insert(h, Ctx { dev: d, primary: false, active: true, refcount: 1, flags, max_tail: 0 });
+        sim.ctxs
+            .insert(h, Ctx { dev: d, primary: false, active: true, refcount: 1, flags, max_tail: Default::default() });
         STACK.with(|s| s.borrow_mut().push(h));
         unsafe { out(pctx, h as CUcontext) }
     })
@@ -329,14 +337,14 @@ pub(crate) fn synchronize() -> CUresult {
             let (h, _) = current(&mut sim)?;
             crate::stream::ctx_tail(&sim, h)
         };
-        sim::sleep_until(t);
+        t.wait();
         crate::pool::trim_all(&mut sim::lock());
         Ok(())
     })
 }
 
 /// Record that work in context `h` ends at `t`.
-pub(crate) fn note_tail(sim: &mut Sim, h: u64, t: u64) {
+pub(crate) fn note_tail(sim: &mut Sim, h: u64, t: crate::mark::Mark) {
     if let Some(c) = sim.ctxs.get_mut(&h) {
         c.max_tail = c.max_tail.max(t);
     }

@@ -54,7 +54,7 @@ pub(crate) fn ctx_synchronize_v2(ctx: CUcontext) -> CUresult {
             let (h, _) = ctx_or_current(&mut sim, ctx)?;
             crate::stream::ctx_tail(&sim, h)
         };
-        sim::sleep_until(t);
+        t.wait();
         Ok(())
     })
 }

@@ -140,7 +140,10 @@ pub(crate) fn green_ctx_create(pg: *mut CUgreenCtx, desc: CUdevResourceDesc, dev
             return Err(e);
         }
         let ctx = sim::new_handle();
-        sim.ctxs.insert(ctx, Ctx { dev: d, primary: false, active: true, refcount: 1, flags, max_tail: 0 });
+        sim.ctxs.insert(
+            ctx,
+            Ctx { dev: d, primary: false, active: true, refcount: 1, flags, max_tail: Default::default() },
+        );
         let g = sim::new_handle();
         book().greens.insert(g, (ctx, d, bytes));
         simlog!("green context {:#x} (context {:#x}) on device {} ({} bytes)", g, ctx, d, bytes);

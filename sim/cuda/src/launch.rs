@@ -4,6 +4,10 @@
 //! tail; the interval is recorded for this process. A launch sleeps while its stream has more than
 //! `VGPU_SIM_MAX_QUEUE_US` of queued work (driver back-pressure). A launch into a capturing stream
 //! adds a kernel node to the capture graph instead.
+//!
+//! Time-sliced (`VGPU_SIM_TIMESLICE_US`): a launch queues the kernel in this process's backlog of
+//! the device's round-robin schedule (`sim_state::Slicer`, all streams of the process in launch
+//! order) and the stream's tail takes its ticket; back-pressure applies to the process's backlog.
 
 use crate::sim::{self, Sim};
 use crate::stream::{self, SKey};
@@ -51,13 +55,27 @@ pub(crate) fn max_blocks_per_sm(threads: u64) -> u64 {
 /// Schedule one kernel on stream `k` (caller holds the lock; back-pressure already applied).
 fn submit(sim: &mut Sim, k: SKey, p: &KParams) {
     let s = sim.streams.get_mut(&k).expect("resolved stream");
-    let earliest = sim::now().max(s.tail);
     let dur = duration_ns(p);
-    let (start, end) = state().submit(my_slot(), s.dev, earliest, dur);
-    s.tail = end;
-    let (ctx, dev) = (s.ctx, s.dev);
-    crate::context::note_tail(sim, ctx, end);
-    simlog!("kernel {:#x} grid {:?} on dev {}: [{}, {}) {} ns", p.func, p.grid, dev, start, end, dur);
+    let dev = s.dev;
+    if state().timeslice_ns() > 0 {
+        let ticket = state().queue(my_slot(), dev, dur);
+        s.tail.work[dev] = ticket;
+        simlog!("kernel {:#x} grid {:?} on dev {}: ticket {} ({} ns)", p.func, p.grid, dev, ticket, dur);
+    } else {
+        let earliest = sim::now().max(s.tail.at);
+        let (start, end) = state().submit(my_slot(), dev, earliest, dur);
+        s.tail.at = end;
+        simlog!("kernel {:#x} grid {:?} on dev {}: [{}, {}) {} ns", p.func, p.grid, dev, start, end, dur);
+    }
+    let (ctx, tail) = (s.ctx, s.tail);
+    crate::context::note_tail(sim, ctx, tail);
+}
+
+/// Time-sliced: how long to wait before queuing more on `dev` (this process's backlog beyond
+/// `max_q`; the backlog drains at most in real time).
+fn backlog_wait(dev: usize, max_q: u64) -> u64 {
+    let (served, queued) = state().served_ns(my_slot(), dev);
+    (queued - served).saturating_sub(max_q)
 }
 
 /// Launch kernels in sequence on one stream (graph launches pass several).
@@ -83,8 +101,15 @@ pub(crate) fn launch_seq(ps: &[KParams], h: CUstream, ptds: bool, check_func: bo
                     break;
                 }
                 let now = sim::now();
-                let tail = sim.streams[&k].tail;
-                if tail > now + max_q {
+                let tail = sim.streams[&k].tail.at;
+                if state().timeslice_ns() > 0 {
+                    let w = backlog_wait(sim.streams[&k].dev, max_q);
+                    if w > 0 {
+                        drop(sim);
+                        sim::sleep_until(now + w);
+                        continue;
+                    }
+                } else if tail > now + max_q {
                     drop(sim);
                     sim::sleep_until(tail - max_q);
                     continue;

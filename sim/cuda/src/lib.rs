@@ -25,6 +25,7 @@ mod exports13;
 mod graph;
 mod green;
 mod launch;
+mod mark;
 mod memory;
 mod module;
 mod pool;

@@ -488,7 +488,7 @@ pub(crate) fn copy(dst: u64, ds: Side, src: u64, ss: Side, n: usize, h: CUstream
             stream::enqueue(&mut sim, key, n as u64 / 25)
         };
         if sync {
-            sim::sleep_until(end);
+            end.wait();
         }
         Ok(())
     })
@@ -516,7 +516,7 @@ pub(crate) fn memset(dst: u64, val: u32, elem: usize, count: usize, h: CUstream,
             stream::enqueue(&mut sim, key, bytes as u64 / 25)
         };
         if sync {
-            sim::sleep_until(end);
+            end.wait();
         }
         Ok(())
     })

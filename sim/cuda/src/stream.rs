@@ -1,9 +1,9 @@
-//! Streams, events and host callbacks in simulated time: each stream has a tail (CLOCK_MONOTONIC ns)
-//! at which its queued work completes; queries compare it with now and synchronisation sleeps until
-//! it. Stream handles 0 (legacy, or per-thread through a `_ptsz`/`_ptds` entry point),
+//! Streams, events and host callbacks in simulated time: each stream has a tail ([`Mark`]) at which
+//! its queued work completes; queries compare it with now and synchronisation sleeps until it. Stream handles 0 (legacy, or per-thread through a `_ptsz`/`_ptds` entry point),
 //! `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` map to per-context implicit streams.
 
 use crate::context::current;
+use crate::mark::Mark;
 use crate::sim::{self, Sim};
 use crate::types::*;
 use crate::{check_init, cu_try, nonnull, out};
@@ -28,7 +28,7 @@ pub(crate) struct Capture {
 pub(crate) struct Stream {
     pub ctx: u64,
     pub dev: usize,
-    pub tail: u64,
+    pub tail: Mark,
     pub flags: u32,
     pub priority: i32,
     pub capture: Option<Capture>,
@@ -38,7 +38,7 @@ pub(crate) struct Event {
     pub ctx: u64,
     pub flags: u32,
     /// Completion time of the work captured by the last record (None: never recorded).
-    pub time: Option<u64>,
+    pub time: Option<Mark>,
 }
 
 /// Map a stream handle to its key, creating implicit streams on first use.
@@ -51,22 +51,23 @@ pub(crate) fn resolve(sim: &mut Sim, h: CUstream, ptds: bool) -> Result<SKey, CU
     let (ctx, dev) = current(sim)?;
     let per_thread = hv == CU_STREAM_PER_THREAD || (hv == 0 && ptds);
     let k = if per_thread { SKey::PerThread(ctx, unsafe { libc::gettid() }) } else { SKey::Legacy(ctx) };
-    sim.streams.entry(k).or_insert(Stream { ctx, dev, tail: 0, flags: 0, priority: 0, capture: None });
+    sim.streams.entry(k).or_insert(Stream { ctx, dev, tail: Mark::default(), flags: 0, priority: 0, capture: None });
     Ok(k)
 }
 
-/// Append `dur` ns of (non-kernel) work to a stream; returns its end.
-pub(crate) fn enqueue(sim: &mut Sim, k: SKey, dur: u64) -> u64 {
+/// Append `dur` ns of (non-kernel) work to a stream; returns its end. Time-sliced, it starts
+/// after the stream's earlier copies, not after its queued kernels (their end is not known yet).
+pub(crate) fn enqueue(sim: &mut Sim, k: SKey, dur: u64) -> Mark {
     let s = sim.streams.get_mut(&k).expect("resolved stream");
-    let end = sim::now().max(s.tail) + dur;
+    let end = Mark { at: sim::now().max(s.tail.at) + dur, work: s.tail.work };
     s.tail = end;
     let ctx = s.ctx;
     crate::context::note_tail(sim, ctx, end);
     end
 }
 
-pub(crate) fn ctx_tail(sim: &Sim, ctx: u64) -> u64 {
-    sim.ctxs.get(&ctx).map(|c| c.max_tail).unwrap_or(0)
+pub(crate) fn ctx_tail(sim: &Sim, ctx: u64) -> Mark {
+    sim.ctxs.get(&ctx).map(|c| c.max_tail).unwrap_or_default()
 }
 
 pub(crate) fn stream_create(ph: *mut CUstream, flags: u32, priority: i32) -> CUresult {
@@ -77,7 +78,7 @@ pub(crate) fn stream_create(ph: *mut CUstream, flags: u32, priority: i32) -> CUr
         let h = sim::new_handle();
         sim.streams.insert(
             SKey::Explicit(h),
-            Stream { ctx, dev, tail: 0, flags, priority: priority.clamp(-5, 0), capture: None },
+            Stream { ctx, dev, tail: Mark::default(), flags, priority: priority.clamp(-5, 0), capture: None },
         );
         unsafe { out(ph, h as CUstream) }
     })
@@ -101,7 +102,7 @@ pub(crate) fn stream_synchronize(h: CUstream, ptds: bool) -> CUresult {
             let k = resolve(&mut sim, h, ptds)?;
             sim.streams[&k].tail
         };
-        sim::sleep_until(t);
+        t.wait();
         crate::pool::trim_all(&mut sim::lock());
         Ok(())
     })
@@ -111,7 +112,7 @@ pub(crate) fn stream_query(h: CUstream, ptds: bool) -> CUresult {
     cu_try!({
         let mut sim = sim::lock();
         let k = resolve(&mut sim, h, ptds)?;
-        if sim::now() >= sim.streams[&k].tail { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
+        if sim.streams[&k].tail.done() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
     })
 }
 
@@ -119,7 +120,7 @@ pub(crate) fn stream_wait_event(h: CUstream, ev: CUevent, _flags: u32, ptds: boo
     cu_try!({
         let mut sim = sim::lock();
         let k = resolve(&mut sim, h, ptds)?;
-        let t = sim.events.get(&(ev as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?.time.unwrap_or(0);
+        let t = sim.events.get(&(ev as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?.time.unwrap_or_default();
         let s = sim.streams.get_mut(&k).unwrap();
         s.tail = s.tail.max(t);
         Ok(())
@@ -279,7 +280,7 @@ pub(crate) fn event_record(ev: CUevent, h: CUstream, ptds: bool) -> CUresult {
         if s.capture.is_some() {
             return Ok(()); // becomes part of the captured graph; no time stamp
         }
-        let t = sim::now().max(s.tail);
+        let t = Mark { at: sim::now().max(s.tail.at), work: s.tail.work };
         sim.events.get_mut(&(ev as u64)).unwrap().time = Some(t);
         Ok(())
     })
@@ -291,7 +292,7 @@ pub(crate) fn event_query(ev: CUevent) -> CUresult {
         let sim = sim::lock();
         let e = sim.events.get(&(ev as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         match e.time {
-            Some(t) if sim::now() < t => Err(CUDA_ERROR_NOT_READY),
+            Some(t) if !t.done() => Err(CUDA_ERROR_NOT_READY),
             _ => Ok(()),
         }
     })
@@ -302,9 +303,9 @@ pub(crate) fn event_synchronize(ev: CUevent) -> CUresult {
         check_init()?;
         let t = {
             let sim = sim::lock();
-            sim.events.get(&(ev as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?.time.unwrap_or(0)
+            sim.events.get(&(ev as u64)).ok_or(CUDA_ERROR_INVALID_HANDLE)?.time.unwrap_or_default()
         };
-        sim::sleep_until(t);
+        t.wait();
         crate::pool::trim_all(&mut sim::lock());
         Ok(())
     })
@@ -321,9 +322,10 @@ pub(crate) fn event_elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CUres
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         let (Some(ta), Some(tb)) = (a.time, b.time) else { return Err(CUDA_ERROR_INVALID_HANDLE) };
-        if sim::now() < ta.max(tb) {
+        if !ta.done() || !tb.done() {
             return Err(CUDA_ERROR_NOT_READY);
         }
+        let (ta, tb) = (ta.time(), tb.time());
         unsafe { out(ms, ((tb as i128 - ta as i128) as f64 / 1e6) as f32) }
     })
 }
@@ -338,7 +340,7 @@ pub(crate) fn event_destroy(ev: CUevent) -> CUresult {
 // ---- host callbacks ------------------------------------------------------------------------
 
 struct HostCall {
-    at: u64,
+    at: Mark,
     call: Box<dyn FnOnce() + Send>,
 }
 
@@ -351,7 +353,7 @@ fn host_worker() -> &'static Mutex<mpsc::Sender<HostCall>> {
             .name("sim-cuda-host".into())
             .spawn(move || {
                 for c in rx {
-                    sim::sleep_until(c.at);
+                    c.at.wait();
                     (c.call)();
                 }
             })

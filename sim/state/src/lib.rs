@@ -8,7 +8,8 @@
 //!   configuration from the file.
 //! * Per device: total bytes, used bytes (atomic, charged by CAS against the total), the device tail
 //!   (CLOCK_MONOTONIC ns; kernels of all processes run one at a time) and the busy time of reclaimed
-//!   processes.
+//!   processes; time-sliced (`VGPU_SIM_TIMESLICE_US`), the round-robin schedule ([`Slicer`]) under
+//!   a lock instead of the tail.
 //! * A process table of [`MAX_PROCS`] records: pid, per-device used bytes, per-device context flag and
 //!   per-device ring of execution intervals (contiguous intervals merged; intervals pushed out of the
 //!   ring are added to a retired counter). Each record is written only by its owning process (which
@@ -22,14 +23,16 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering, fence};
 
 pub mod checkpoint;
 pub mod ring;
+pub mod slice;
 pub use ring::{Interval, busy_in_intervals};
+pub use slice::Slicer;
 
 pub const MAX_DEVICES: usize = 8;
 pub const MAX_PROCS: usize = 256;
 /// Intervals kept per (process, device).
 pub const RING: usize = 512;
 pub const MAGIC: u64 = 0x5647_5055_5349_4d31; // "VGPUSIM1"
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 pub const GRANULE: u64 = 2 << 20;
 
 // A record's state word: the state in the low bits, above them the generation, advanced by each
@@ -83,6 +86,8 @@ pub struct DeviceConfig {
     pub uuids: Vec<String>,
     pub sm_count: u32,
     pub driver_version: i32,
+    /// `VGPU_SIM_TIMESLICE_US` in ns; 0: one FIFO across processes.
+    pub timeslice_ns: u64,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -115,6 +120,7 @@ impl DeviceConfig {
             uuids,
             sm_count: env_u64("VGPU_SIM_SM_COUNT").unwrap_or(132).clamp(1, 100_000) as u32,
             driver_version: env_u64("VGPU_SIM_DRIVER_VERSION").unwrap_or(12090) as i32,
+            timeslice_ns: env_u64("VGPU_SIM_TIMESLICE_US").unwrap_or(0).saturating_mul(1000),
         }
     }
 }
@@ -171,6 +177,21 @@ struct Rec {
     saved: [AtomicU64; MAX_DEVICES],
 }
 
+/// One device's time-sliced schedule ([`Slicer`]), read and written under `Shared::sched_lock`.
+#[repr(C)]
+struct SchedShared {
+    clock: AtomicU64,
+    cur: AtomicU64,
+    turn_left: AtomicU64,
+    /// Bit p: record p had queued work at the last update (only those are loaded to run the
+    /// schedule; every other record's backlog is empty).
+    busy_mask: [AtomicU64; MAX_PROCS / 64],
+    /// Per record: the state word its figures belong to (a recycled record starts from zero).
+    owner: [AtomicU32; MAX_PROCS],
+    queued: [AtomicU64; MAX_PROCS],
+    served: [AtomicU64; MAX_PROCS],
+}
+
 #[repr(C)]
 struct Shared {
     magic: AtomicU64,
@@ -181,9 +202,15 @@ struct Shared {
     /// CLOCK_REALTIME - CLOCK_MONOTONIC at creation, ns.
     wall_minus_mono: AtomicI64,
     boot_id: [u8; 40],
-    _reserved: [u64; 8],
+    /// Slice length in ns; 0: kernels of all processes run in one FIFO.
+    timeslice_ns: AtomicU64,
+    /// Pid of the process holding the schedules (0: free).
+    sched_lock: AtomicU32,
+    _lock_pad: u32,
+    _reserved: [u64; 6],
     devices: [DevShared; MAX_DEVICES],
     procs: [Rec; MAX_PROCS],
+    sched: [SchedShared; MAX_DEVICES],
 }
 
 pub const FILE_SIZE: usize = std::mem::size_of::<Shared>();
@@ -378,6 +405,7 @@ impl SimState {
         h.ndev.store(n as u32, Ordering::Relaxed);
         h.driver_version.store(cfg.driver_version as u32, Ordering::Relaxed);
         h.sm_count.store(cfg.sm_count, Ordering::Relaxed);
+        h.timeslice_ns.store(cfg.timeslice_ns, Ordering::Relaxed);
         h.wall_minus_mono.store(now_wall_ns() as i64 - now_mono_ns() as i64, Ordering::Relaxed);
         let bid = boot_id();
         unsafe { std::ptr::write(std::ptr::addr_of!(h.boot_id) as *mut [u8; 40], bid) };
@@ -465,12 +493,13 @@ impl SimState {
 
     /// Busy ns of `dev` up to `until` (CLOCK_MONOTONIC): all live records plus reclaimed ones.
     pub fn device_busy_ns(&self, dev: usize, until: u64) -> u64 {
+        self.settle(dev);
         let h = self.sh();
         let mut sum = h.devices[dev].retired_busy.load(Ordering::Acquire);
         for slot in 0..MAX_PROCS {
             let st = st_of(h.procs[slot].state.load(Ordering::Acquire));
             if st == ST_INIT || st == ST_ALIVE {
-                sum += self.busy_ns(slot, dev, until);
+                sum += self.ring_busy_ns(slot, dev, until);
             }
         }
         sum
@@ -617,7 +646,13 @@ impl SimState {
 
     /// Busy ns of record `slot` on `dev` up to `until` (CLOCK_MONOTONIC). Exact for any `until` at or
     /// after the end of the newest interval that has been pushed out of the ring.
+    /// Time-sliced: the schedule is run up to now first (later work is not known yet).
     pub fn busy_ns(&self, slot: usize, dev: usize, until: u64) -> u64 {
+        self.settle(dev);
+        self.ring_busy_ns(slot, dev, until)
+    }
+
+    fn ring_busy_ns(&self, slot: usize, dev: usize, until: u64) -> u64 {
         let r = &self.sh().procs[slot];
         let dr = &r.dev[dev];
         let mut spins = 0u32;
@@ -746,6 +781,7 @@ impl SimState {
 
     /// Caller owns the record in state RECLAIM.
     fn retire_record(&self, slot: usize) {
+        let _sched = self.sched_guard();
         let h = self.sh();
         let r = &h.procs[slot];
         let ndev = self.device_count();
@@ -753,7 +789,7 @@ impl SimState {
             let used = r.used[d].swap(0, Ordering::AcqRel);
             if d < ndev {
                 sat_sub(&h.devices[d].used, used);
-                let busy = self.busy_ns(slot, d, u64::MAX);
+                let busy = self.ring_busy_ns(slot, d, u64::MAX);
                 h.devices[d].retired_busy.fetch_add(busy, Ordering::AcqRel);
             }
             r.dev[d].count.store(0, Ordering::Relaxed);
@@ -770,6 +806,9 @@ impl SimState {
     /// Live processes (after reclaiming dead ones), with per-device used bytes and busy ns up to now.
     pub fn processes(&self) -> Vec<ProcInfo> {
         self.reclaim_dead();
+        for d in 0..self.device_count() {
+            self.settle(d);
+        }
         let now = now_mono_ns();
         let h = self.sh();
         let ndev = self.device_count();
@@ -785,7 +824,7 @@ impl SimState {
                 pid: r.pid.load(Ordering::Relaxed),
                 used: (0..ndev).map(|d| r.used[d].load(Ordering::Relaxed)).collect(),
                 has_ctx: (0..ndev).map(|d| mask & (1 << d) != 0).collect(),
-                busy_ns: (0..ndev).map(|d| self.busy_ns(slot, d, now)).collect(),
+                busy_ns: (0..ndev).map(|d| self.ring_busy_ns(slot, d, now)).collect(),
             });
         }
         out
@@ -793,14 +832,167 @@ impl SimState {
 
     /// Busy ns of `pid` on `dev` up to `until` (0 when the pid has no live record).
     pub fn pid_busy_ns(&self, pid: u32, dev: usize, until: u64) -> u64 {
+        self.settle(dev);
         let h = self.sh();
         (0..MAX_PROCS)
             .filter(|&s| {
                 st_of(h.procs[s].state.load(Ordering::Acquire)) == ST_ALIVE
                     && h.procs[s].pid.load(Ordering::Relaxed) == pid
             })
-            .map(|s| self.busy_ns(s, dev, until))
+            .map(|s| self.ring_busy_ns(s, dev, until))
             .sum()
+    }
+
+    // ---- time-sliced schedule (`VGPU_SIM_TIMESLICE_US`) ------------------------------------
+
+    /// Slice length in ns; 0 when kernels of all processes run in one FIFO ([`submit`](Self::submit)).
+    pub fn timeslice_ns(&self) -> u64 {
+        self.sh().timeslice_ns.load(Ordering::Relaxed)
+    }
+
+    /// Hold the schedules (all devices) while time-sliced; nothing otherwise. A holder that died
+    /// with it is skipped.
+    fn sched_guard(&self) -> Option<SchedGuard<'_>> {
+        if self.timeslice_ns() == 0 {
+            return None;
+        }
+        let l = &self.sh().sched_lock;
+        let me = std::process::id();
+        let mut spins = 0u32;
+        loop {
+            let cur = l.load(Ordering::Relaxed);
+            let free = cur == 0 || (spins >= 2000 && spins.is_multiple_of(2000) && process_reaped(cur));
+            if free && l.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return Some(SchedGuard(l));
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// The schedule of `dev` (caller holds the guard): the records with queued work and `want`;
+    /// records recycled since their figures were written start from zero.
+    fn load_slicer(&self, dev: usize, want: Option<usize>) -> Loaded {
+        let h = self.sh();
+        let sc = &h.sched[dev];
+        let mut s = Slicer::new(self.timeslice_ns(), MAX_PROCS);
+        s.clock = sc.clock.load(Ordering::Relaxed);
+        s.cur = sc.cur.load(Ordering::Relaxed) as usize % MAX_PROCS;
+        s.turn_left = sc.turn_left.load(Ordering::Relaxed);
+        let mut mask: [u64; MAX_PROCS / 64] = std::array::from_fn(|i| sc.busy_mask[i].load(Ordering::Relaxed));
+        if let Some(p) = want {
+            mask[p / 64] |= 1 << (p % 64);
+        }
+        let mut slots = Vec::new();
+        for (i, &m) in mask.iter().enumerate() {
+            let mut m = m;
+            while m != 0 {
+                let p = i * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                let word = h.procs[p].state.load(Ordering::Acquire);
+                if st_of(word) == ST_ALIVE && sc.owner[p].load(Ordering::Relaxed) == word {
+                    s.queued[p] = sc.queued[p].load(Ordering::Relaxed);
+                    s.served[p] = sc.served[p].load(Ordering::Relaxed);
+                }
+                slots.push((p, word));
+            }
+        }
+        Loaded { s, slots }
+    }
+
+    fn store_slicer(&self, dev: usize, l: &Loaded) {
+        let sc = &self.sh().sched[dev];
+        let s = &l.s;
+        sc.clock.store(s.clock, Ordering::Relaxed);
+        sc.cur.store(s.cur as u64, Ordering::Relaxed);
+        sc.turn_left.store(s.turn_left, Ordering::Relaxed);
+        let mut mask = [0u64; MAX_PROCS / 64];
+        for &(p, word) in &l.slots {
+            sc.owner[p].store(word, Ordering::Relaxed);
+            sc.queued[p].store(s.queued[p], Ordering::Relaxed);
+            sc.served[p].store(s.served[p], Ordering::Relaxed);
+            if s.backlog(p) > 0 {
+                mask[p / 64] |= 1 << (p % 64);
+            }
+        }
+        for (w, m) in sc.busy_mask.iter().zip(mask) {
+            w.store(m, Ordering::Relaxed);
+        }
+    }
+
+    /// Run the schedule of `dev` up to now (caller holds the guard), recording what ran.
+    fn run_slicer(&self, dev: usize, want: Option<usize>) -> Loaded {
+        let mut l = self.load_slicer(dev, want);
+        l.s.advance(now_mono_ns(), |p, a, b| self.record_interval(p, dev, a, b));
+        l
+    }
+
+    /// Time-sliced: run the schedule of `dev` up to now, so that the busy intervals cover it.
+    pub fn settle(&self, dev: usize) {
+        if let Some(_g) = self.sched_guard() {
+            let l = self.run_slicer(dev, None);
+            self.store_slicer(dev, &l);
+        }
+    }
+
+    /// Time-sliced: queue `dur` ns of work for record `slot` on `dev` now; returns its ticket
+    /// (complete once [`served_ns`](Self::served_ns) reaches it).
+    pub fn queue(&self, slot: usize, dev: usize, dur: u64) -> u64 {
+        let _g = self.sched_guard();
+        let mut l = self.run_slicer(dev, Some(slot));
+        let t = l.s.queue(slot, dur);
+        self.store_slicer(dev, &l);
+        t
+    }
+
+    /// Time-sliced: (served, queued) device time of record `slot` on `dev` up to now.
+    pub fn served_ns(&self, slot: usize, dev: usize) -> (u64, u64) {
+        let _g = self.sched_guard();
+        let l = self.run_slicer(dev, Some(slot));
+        self.store_slicer(dev, &l);
+        (l.s.served[slot], l.s.queued[slot])
+    }
+
+    /// Time-sliced: the earliest time record `slot` can reach `ticket` on `dev` (exact unless other
+    /// work is queued meanwhile); the time it reached it when it already has (from the record's
+    /// intervals; now when they no longer reach back or the record never queued that much).
+    pub fn ticket_time(&self, slot: usize, dev: usize, ticket: u64) -> u64 {
+        let _g = self.sched_guard();
+        let l = self.run_slicer(dev, Some(slot));
+        self.store_slicer(dev, &l);
+        let s = &l.s;
+        if s.served[slot] < ticket {
+            return if s.queued[slot] >= ticket { s.predict(slot, ticket) } else { s.clock };
+        }
+        let (_, iv) = self.intervals(slot, dev);
+        let mut cum = s.served[slot];
+        for i in iv.iter().rev() {
+            let before = cum.saturating_sub(i.end - i.start);
+            if before < ticket {
+                return i.start + (ticket - before);
+            }
+            cum = before;
+        }
+        s.clock
+    }
+}
+
+struct SchedGuard<'a>(&'a AtomicU32);
+
+/// A device's schedule as loaded: the slicer and the records loaded into it (with the state word
+/// each was read under).
+struct Loaded {
+    s: Slicer,
+    slots: Vec<(usize, u32)>,
+}
+
+impl Drop for SchedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
     }
 }
 

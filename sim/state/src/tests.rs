@@ -12,6 +12,7 @@ fn cfg(n: usize, mib: u64) -> DeviceConfig {
         uuids: (0..n).map(default_uuid).collect(),
         sm_count: 132,
         driver_version: 12090,
+        timeslice_ns: 0,
     }
 }
 
@@ -311,4 +312,35 @@ fn a_record_recycled_during_the_reaped_check_is_not_reclaimed() {
     });
     assert!(!reclaimed);
     assert!(s.slot_is_live(slot) && s.slot_pid(slot) == me);
+}
+
+#[test]
+fn time_sliced_processes_share_the_device_and_a_newcomer_runs_within_a_slice() {
+    let p = tmp_path("slice");
+    let _t = Tmp(p.clone());
+    let s = SimState::open(&p, &DeviceConfig { timeslice_ns: 1_000_000, ..cfg(1, 1024) }).unwrap();
+    assert_eq!(s.timeslice_ns(), 1_000_000);
+    let a = s.register(std::process::id()).unwrap();
+    let b = s.register(std::process::id()).unwrap();
+    // A queues 20 ms; B arrives 2.3 ms later with 0.5 ms.
+    assert_eq!(s.served_ns(a, 0), (0, 0)); // the first touch of the schedule's pages
+    let t0 = now_mono_ns();
+    let ta = s.queue(a, 0, 20_000_000);
+    let t1 = now_mono_ns();
+    while now_mono_ns() < t0 + 2_300_000 {
+        std::hint::spin_loop();
+    }
+    let tb = s.queue(b, 0, 500_000);
+    let done_b = s.ticket_time(b, 0, tb);
+    let queued_at = now_mono_ns();
+    assert!(done_b <= queued_at + 1_000_000 + 500_000, "B done {} ns after queuing", done_b - queued_at);
+    let done_a = s.ticket_time(a, 0, ta);
+    assert!(done_a >= t0 + 20_500_000 && done_a <= t1 + 20_500_000, "A done at {}", done_a as i64 - t0 as i64);
+    while now_mono_ns() < done_a + 1000 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(s.served_ns(a, 0), (20_000_000, 20_000_000));
+    assert_eq!(s.busy_ns(b, 0, u64::MAX), 500_000);
+    assert_eq!(s.ticket_time(b, 0, tb), done_b, "the reached time comes from the record's intervals");
+    assert_eq!(s.device_busy_ns(0, u64::MAX), 20_500_000);
 }
