@@ -71,6 +71,7 @@ pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUc
                 if let Some(release) = crate::driver::cuDevicePrimaryCtxRelease_v2() {
                     unsafe { release(dev) };
                 }
+                crate::memory::context_undone(dev);
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
         }
@@ -141,6 +142,7 @@ unsafe fn book_created<T>(p: *mut *mut T, dev: CUdevice, undo: impl FnOnce(*mut 
             undo(*p);
             *p = std::ptr::null_mut();
         }
+        crate::memory::context_undone(dev);
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
     let rec = vgpu_core::ledger::AllocRecord {

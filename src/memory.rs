@@ -655,6 +655,14 @@ fn charge_measured(st: &State, dev: usize, held: u64) -> Result<(u64, bool), ()>
     Ok((cost, true))
 }
 
+/// A context [`charge_context`] refused has been destroyed again. While the driver held it, the
+/// periodic reconciliation may have charged its memory as driver-held (unchecked, past the limit);
+/// reconciled again now, so the refusal leaves the counts as they were instead of until the next
+/// tick.
+pub fn context_undone(ordinal: CUdevice) {
+    crate::truth::reconcile_now(state::get().region_index(ordinal));
+}
+
 pub fn uncharge_context(ordinal: CUdevice, bytes: u64) {
     if bytes == 0 {
         return;

@@ -242,6 +242,17 @@ pub fn hand_over(t: &mut Truth, d: usize, charge: impl FnOnce(u64) -> Result<(u6
     Ok(bytes)
 }
 
+/// Reconcile region device `d` now (waiting at most [`REFUSAL_WAIT`] for the book): driver-held
+/// memory just given back, not at the next tick.
+pub fn reconcile_now(d: usize) {
+    if d >= MAX_DEVICES {
+        return;
+    }
+    crate::guard::ffi("truth::reconcile_now", (), || {
+        let _ = with(Some(REFUSAL_WAIT), |t| reconcile(t, d));
+    })
+}
+
 /// Feed the memory correlator of region device `d` (host PID unknown). Claims the PID when found.
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };

@@ -52,7 +52,9 @@ fn needed_only_libc_and_loader() {
         .filter(|l| l.contains("(NEEDED)"))
         .filter_map(|l| l.split('[').nth(1).and_then(|r| r.split(']').next()).map(String::from))
         .collect();
-    let allowed: BTreeSet<String> = ["libc.so.6", "ld-linux-x86-64.so.2"].into_iter().map(String::from).collect();
+    // The dynamic loader's name is per architecture.
+    let loader = if cfg!(target_arch = "aarch64") { "ld-linux-aarch64.so.1" } else { "ld-linux-x86-64.so.2" };
+    let allowed: BTreeSet<String> = ["libc.so.6", loader].into_iter().map(String::from).collect();
     assert!(needed.contains("libc.so.6"), "NEEDED lacks libc.so.6: {needed:?}");
     let bad: Vec<_> = needed.difference(&allowed).collect();
     assert!(bad.is_empty(), "unexpected NEEDED entries {bad:?} (all: {needed:?})");

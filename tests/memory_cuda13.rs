@@ -15,10 +15,16 @@ const GIB: u64 = 1 << 30;
 /// A client under a `limit_mib` limit on a 13.5 driver whose contexts cost `ctx_mib` (and green
 /// contexts `green_mib` more each), its primary context on device 0 current.
 fn start(sb: &Sandbox, limit_mib: u64, ctx_mib: u64, green_mib: u64) -> Client {
+    start_slow(sb, limit_mib, ctx_mib, green_mib, 0)
+}
+
+/// [`start`] with green context creations that take `create_ms` with their memory held.
+fn start_slow(sb: &Sandbox, limit_mib: u64, ctx_mib: u64, green_mib: u64, create_ms: u64) -> Client {
     let mut c = client(sb)
         .env("CUDA_DEVICE_MEMORY_LIMIT", format!("{limit_mib}m"))
         .env("VGPU_SIM_CTX_MIB", ctx_mib)
         .env("VGPU_SIM_GREEN_CTX_MIB", green_mib)
+        .env("VGPU_SIM_GREEN_CTX_CREATE_MS", create_ms)
         .env("VGPU_SIM_DRIVER_VERSION", 13050)
         .spawn();
     c.init_ctx(0);
@@ -225,6 +231,20 @@ fn green_context_over_the_limit_is_refused() {
     assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "{}", r.line);
     assert_eq!(used(&sb, &c), before, "a refused green context changed the counts");
     assert!(device_held(&mut c) <= 500 * MIB, "the refused green context still holds device memory");
+    c.exit();
+}
+
+/// A slow creation: the periodic reconciliation (every 250 ms) sees the driver hold the green
+/// context's memory before its charge is refused, and charges it as driver-held. The refusal gives
+/// that back at once: the counts are what they were, not over the limit until the next tick.
+#[test]
+fn green_context_refused_after_the_reconciliation_saw_it() {
+    let sb = Sandbox::new("m13_green_refused_slow");
+    let mut c = start_slow(&sb, 500, 256, 256, 700);
+    let before = used(&sb, &c);
+    let r = c.cmd("green_create 0 16");
+    assert_eq!(r.rc(), CUDA_ERROR_OUT_OF_MEMORY, "{}", r.line);
+    assert_eq!(used(&sb, &c), before, "a refused green context changed the counts");
     c.exit();
 }
 

@@ -2,7 +2,8 @@
 //! descriptor of a group, and a green context created from it. Each green context is a context of
 //! its own (its `CUcontext` comes from `cuCtxFromGreenCtx`): it activates its device like any
 //! context and, on top, costs `VGPU_SIM_GREEN_CTX_MIB` of device memory while it exists
-//! (default 0: no cost of its own).
+//! (default 0: no cost of its own). `VGPU_SIM_GREEN_CTX_CREATE_MS` makes a creation take that long
+//! with its memory already held, as a real driver's creation takes milliseconds (default 0).
 
 use crate::context::{Ctx, activate, check_dev, deactivate, forget_on_this_thread, teardown};
 use crate::sim::{self, Sim};
@@ -27,6 +28,11 @@ fn green_ctx_bytes() -> u64 {
     *B.get_or_init(|| {
         std::env::var("VGPU_SIM_GREEN_CTX_MIB").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0) << 20
     })
+}
+
+fn green_ctx_create_time() -> std::time::Duration {
+    static MS: OnceLock<u64> = OnceLock::new();
+    std::time::Duration::from_millis(*MS.get_or_init(|| crate::env_u64("VGPU_SIM_GREEN_CTX_CREATE_MS").unwrap_or(0)))
 }
 
 #[derive(Default)]
@@ -147,6 +153,8 @@ pub(crate) fn green_ctx_create(pg: *mut CUgreenCtx, desc: CUdevResourceDesc, dev
         let g = sim::new_handle();
         book().greens.insert(g, (ctx, d, bytes));
         simlog!("green context {:#x} (context {:#x}) on device {} ({} bytes)", g, ctx, d, bytes);
+        drop(sim);
+        std::thread::sleep(green_ctx_create_time());
         unsafe { out(pg, g as CUgreenCtx) }
     })
 }

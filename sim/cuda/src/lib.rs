@@ -63,7 +63,7 @@ pub(crate) struct Knobs {
     pub fast_oom: bool,
 }
 
-fn env_u64(name: &str) -> Option<u64> {
+pub(crate) fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
