@@ -1,5 +1,6 @@
 //! Streams, events and host callbacks in simulated time: each stream has a tail ([`Mark`]) at which
-//! its queued work completes; queries compare it with now and synchronisation sleeps until it. Stream handles 0 (legacy, or per-thread through a `_ptsz`/`_ptds` entry point),
+//! its queued work completes; queries compare it with now and synchronisation sleeps until it.
+//! Stream handles 0 (legacy, or per-thread through a `_ptsz`/`_ptds` entry point),
 //! `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` map to per-context implicit streams.
 
 use crate::context::current;
