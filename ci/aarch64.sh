@@ -47,7 +47,7 @@ ARM64_BIN=/opt/arm64/usr/bin
 AARCH64_TESTS=(memory_region memory_multiprocess memory_api memory_cuda13 memory_ledger memory_truth
     memory_views memory_context_race fork preload_safety interception exports abi_conformance
     config_env deploy_docs harness pfn_walk hardening_dlsym hardening_loader_lock hardening_env
-    hardening_fail_closed hardening_faults hardening_fork hardening_region kai release_floor)
+    hardening_fail_closed hardening_faults hardening_fork hardening_region release_floor)
 SHIPPED_TESTS=(preload_safety interception hardening_dlsym)
 
 log() { printf '[aarch64] %s\n' "$*" >&2; }
@@ -201,16 +201,14 @@ cmd_test() {
     # a fill finished while another process's probe block is held, a graph launch's measurement
     # getting the reconciliation's book within 200 ms. A fourth, two processes creating their
     # first contexts at one moment, sometimes takes the other's host PID under emulation. A fifth
-    # refuses sendfile with a seccomp filter, which qemu's user mode does not install. A sixth, KAI
-    # steps in fresh PID namespaces, once found its slot taken under emulation (cause open).
+    # refuses sendfile with a seccomp filter, which qemu's user mode does not install.
     local emu_skips=(--skip dlsym_user_without_cuda_loads_nothing_and_starts_no_thread
         --skip release_artifact_in_non_cuda_processes_maps_nothing
         --skip full_slot_table_overflow_processes_share_the_limit
         --skip a_probe_block_never_costs_a_neighbour_process_an_allocation
         --skip captured_stream_ordered_allocations_are_counted_when_the_graph_pool_grows
         --skip deleted_region_keeps_the_container_limit
-        --skip release_artifact_maps_engine_without_sendfile
-        --skip kai_location_root_and_uid_1000_and_env_i_discovery)
+        --skip release_artifact_maps_engine_without_sendfile)
     log "integration tests under emulation: ${tests[*]}"
     ARM64_USERLAND=$ARM64_BIN in_root env "${CROSS_ENV[@]}" \
         VGPU_RELEASE_SO="$ROOT/target/release-floor-aarch64/libvgpu.so" \
