@@ -20,7 +20,7 @@
 use crate::state::{self, State};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
-use vgpu_core::ledger::Seat;
+use vgpu_core::ledger::Reseat;
 use vgpu_core::region::MAX_DEVICES;
 use vgpu_core::slots;
 
@@ -98,20 +98,12 @@ fn sweep_dead(st: &State, region: &vgpu_core::regionfile::Region) {
 /// Our slot must still carry our pid; if someone freed it, attach again (usage since then is
 /// lost to the region, logged once).
 fn keep_own_seat(st: &State, region: &vgpu_core::regionfile::Region) {
-    let Seat::Slot(k) = st.ledger.seat() else { return };
-    let s = &region.shared().procs[k];
-    if s.pid.load(Ordering::Relaxed) == st.pid && s.status.load(Ordering::Relaxed) != 0 {
-        return;
-    }
-    crate::once!(
-        error,
-        "our slot {k} in {} was taken by another writer; re-attaching (usage counted before is lost)",
-        region.path().display()
-    );
-    if slots::attach(region, st.pid).is_ok() {
-        st.ledger.set_has_slot(true);
-    } else {
-        st.ledger.set_has_slot(false);
+    if let Reseat::Taken { slot, .. } = st.ledger.keep_seat() {
+        crate::once!(
+            error,
+            "our slot {slot} in {} was taken by another writer; re-attaching (usage counted before is lost)",
+            region.path().display()
+        );
     }
 }
 

@@ -115,6 +115,15 @@ fn decode(v: usize) -> Seat {
     }
 }
 
+/// What the periodic seat check did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reseat {
+    /// The seat is ours (or there is none to keep).
+    Kept,
+    /// Slot `slot` had been taken by another writer; `attached`: a new slot was claimed.
+    Taken { slot: usize, attached: bool },
+}
+
 /// A check that found the container over its limit: the usage it saw (without the bytes asked
 /// for) and how much of it were other processes' reservations in flight.
 #[derive(Clone, Copy, Debug)]
@@ -334,19 +343,56 @@ impl<'r> Ledger<'r> {
         self.seat.store(encode(seat), Ordering::Release);
     }
 
-    /// Gives the slot or overflow record back (process exit).
+    /// Gives the slot or overflow record back (process exit). The seat is left before the slot is
+    /// freed, so the periodic seat check ([`keep_seat`](Self::keep_seat)) never takes the freed
+    /// slot for one a foreign writer took and attaches again at exit.
     pub fn detach(&self) -> bool {
         let Some(r) = self.region else { return false };
-        let done = match self.seat() {
+        match decode(self.seat.swap(SEAT_LOCAL, Ordering::AcqRel)) {
             Seat::Slot(_) => slots::detach(r, self.pid()),
             Seat::Overflow(i) => {
                 slots::detach_overflow(r, i);
                 true
             }
             Seat::Local => false,
+        }
+    }
+
+    /// The periodic check that our slot still carries our pid. A slot another writer freed (a
+    /// sweep that judged us dead) is attached again: [`Reseat::Taken`] (the usage counted in it
+    /// is lost to the region), else [`Reseat::Kept`].
+    pub fn keep_seat(&self) -> Reseat {
+        match self.seat() {
+            Seat::Slot(k) => self.reseat_if_lost(k),
+            _ => Reseat::Kept,
+        }
+    }
+
+    /// [`keep_seat`](Self::keep_seat) for slot `seen`, the seat it read. The decision is taken
+    /// again under the region lock: a detach (exit) between that read and the slot check leaves
+    /// the seat first and frees the slot under the lock, so it is seen here and nothing is
+    /// attached.
+    fn reseat_if_lost(&self, seen: usize) -> Reseat {
+        let Some(r) = self.region else { return Reseat::Kept };
+        let pid = self.pid();
+        let ours = |k: usize| {
+            let s = &r.shared().procs[k];
+            s.pid.load(Ordering::Relaxed) == pid && s.status.load(Ordering::Relaxed) != 0
         };
-        self.seat.store(SEAT_LOCAL, Ordering::Release);
-        done
+        if ours(seen) {
+            return Reseat::Kept;
+        }
+        let Ok(g) = r.lock() else { return Reseat::Kept };
+        if self.seat() != Seat::Slot(seen) || ours(seen) {
+            return Reseat::Kept;
+        }
+        let now = match slots::attach_locked(&g, pid) {
+            Ok(a) => Seat::Slot(a.index),
+            Err(_) => Seat::Local,
+        };
+        // Only over the seat that was read: a detach that began meanwhile keeps its Local.
+        let _ = self.seat.compare_exchange(encode(Seat::Slot(seen)), encode(now), Ordering::AcqRel, Ordering::Acquire);
+        Reseat::Taken { slot: seen, attached: now != Seat::Local }
     }
 
     /// Adds (`add`) or subtracts `bytes` in our own seat. Returns whether it landed in the region.
@@ -836,6 +882,37 @@ mod tests {
         s.force(1, UsageKind::Data, 9);
         s.force(1, UsageKind::Context, 2);
         assert_eq!(s.own_usage_by_kind(1), [2, 0, 9]);
+    }
+
+    #[test]
+    fn a_slot_taken_by_another_writer_is_attached_again() {
+        let (_p, region) = temp_region("ledger-reseat");
+        let me = unsafe { libc::getpid() };
+        let (l, _) = Ledger::attach(&region, me);
+        let Seat::Slot(k) = l.seat() else { panic!("no slot: {:?}", l.seat()) };
+        assert_eq!(l.keep_seat(), Reseat::Kept);
+        // A foreign writer frees our slot.
+        assert!(slots::detach(&region, me));
+        assert_eq!(slots::find_slot(&region, me), None);
+        assert_eq!(l.keep_seat(), Reseat::Taken { slot: k, attached: true });
+        let Seat::Slot(k2) = l.seat() else { panic!("not re-seated: {:?}", l.seat()) };
+        assert_eq!(slots::find_slot(&region, me), Some(k2));
+        assert_eq!(l.keep_seat(), Reseat::Kept);
+    }
+
+    #[test]
+    fn exit_between_the_seat_read_and_the_slot_check_attaches_nothing() {
+        let (_p, region) = temp_region("ledger-reseat-exit");
+        let me = unsafe { libc::getpid() };
+        let (l, _) = Ledger::attach(&region, me);
+        // The housekeeping thread read the seat ...
+        let Seat::Slot(k) = l.seat() else { panic!("no slot: {:?}", l.seat()) };
+        // ... the process exits on another thread ...
+        assert!(l.detach());
+        // ... and the check goes on with the seat it read: the freed slot is ours to have freed.
+        assert_eq!(l.reseat_if_lost(k), Reseat::Kept);
+        assert_eq!(slots::find_slot(&region, me), None, "a slot was claimed at exit");
+        assert_eq!(l.seat(), Seat::Local);
     }
 
     #[test]
