@@ -594,7 +594,7 @@ pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
         return Err(()); // logged once when the state was built
     }
     let dev = st.region_index(ordinal);
-    let measure = |held: u64| {
+    let measure = |held: u64, probe: u64| {
         st.ledger.quiesced(|quiet| {
             if !quiet {
                 crate::once!(
@@ -602,26 +602,28 @@ pub fn charge_context(ordinal: CUdevice) -> Result<u64, ()> {
                     "context on device {dev}: allocations still in flight after 2 s; its charge may be off by them"
                 );
             }
-            charge_measured(st, dev, held)
+            charge_measured(st, dev, held, probe)
         })
     };
     match crate::truth::with(Some(CONTEXT_BOOK_WAIT), |t| crate::truth::hand_over(t, dev, measure)) {
         Some(r) => r,
         None => {
             crate::once!(warn, "context on device {dev}: reconciliation busy for 2 s; measured without it");
-            measure(0).map(|(bytes, _)| bytes)
+            measure(0, 0).map(|(bytes, _)| bytes)
         }
     }
 }
 
 /// The context's cost: NVML's figure less what the ledger counts beside the reconciliation's
-/// `held` bytes (already charged, as driver-held memory). `Ok((cost, whether held is part of it))`.
-fn charge_measured(st: &State, dev: usize, held: u64) -> Result<(u64, bool), ()> {
+/// `held` bytes (already charged, as driver-held memory), less the memory the shim holds for
+/// itself uncounted (`probe`: a host-PID probe block) and the `CUDA_OVERSUBSCRIBE` spills.
+/// `Ok((cost, whether held is part of it))`.
+fn charge_measured(st: &State, dev: usize, held: u64, probe: u64) -> Result<(u64, bool), ()> {
     let Some(truth) = nvml_own_usage(st, dev) else {
         crate::once!(info, "context size not measurable (no NVML view of this process); contexts are not charged");
         return Ok((0, false));
     };
-    let theirs = st.ledger.own_usage(dev).saturating_sub(held).saturating_add(st.spilled_on(dev));
+    let theirs = st.ledger.own_usage(dev).saturating_sub(held).saturating_add(st.spilled_on(dev)).saturating_add(probe);
     let cost = truth.saturating_sub(theirs);
     if cost < held {
         st.ledger.release(dev, UsageKind::Context, held - cost);

@@ -229,12 +229,14 @@ pub fn reconcile(t: &mut Truth, d: usize) -> Result<Step, NoTruth> {
 }
 
 /// A new context's charge on region device `d` takes over what the reconciliation holds there:
-/// `charge(held)` measures the context with the book held (so no reconciliation charges the
+/// `charge(held, probe)` measures the context with the book held (so no reconciliation charges the
 /// same memory meanwhile) and returns `(bytes, taken)`; `taken`: `held` is part of `bytes`, the
 /// context's charge from now on (given back with the context), so the reconciliation holds none.
-pub fn hand_over(t: &mut Truth, d: usize, charge: impl FnOnce(u64) -> Result<(u64, bool), ()>) -> Result<u64, ()> {
-    let Some(dt) = t.devs.get_mut(d) else { return charge(0).map(|(bytes, _)| bytes) };
-    let (bytes, taken) = charge(dt.held)?;
+/// `probe`: the bytes of a host-PID probe block held on `d` (in the driver's figure, never in the
+/// ledger), which the measurement explains as ours, never as the context's.
+pub fn hand_over(t: &mut Truth, d: usize, charge: impl FnOnce(u64, u64) -> Result<(u64, bool), ()>) -> Result<u64, ()> {
+    let Some(dt) = t.devs.get_mut(d) else { return charge(0, 0).map(|(bytes, _)| bytes) };
+    let (bytes, taken) = charge(dt.held, dt.probe.held_bytes())?;
     if taken {
         dt.held = 0;
         HELD[d].store(0, Ordering::Relaxed);
@@ -414,8 +416,9 @@ mod tests {
     #[test]
     fn a_context_charge_takes_over_what_the_reconciliation_holds() {
         let mut t = book(62 * MIB);
-        let r = hand_over(&mut t, 0, |held| {
+        let r = hand_over(&mut t, 0, |held, probe| {
             assert_eq!(held, 62 * MIB, "the charge sees what the reconciliation holds");
+            assert_eq!(probe, 0, "no probe block held");
             Ok((64 * MIB, true))
         });
         assert_eq!(r, Ok(64 * MIB));
@@ -426,11 +429,11 @@ mod tests {
     #[test]
     fn a_refused_or_unmeasured_context_leaves_the_reconciliation_its_charge() {
         let mut t = book(62 * MIB);
-        assert_eq!(hand_over(&mut t, 0, |_| Err(())), Err(()));
+        assert_eq!(hand_over(&mut t, 0, |_, _| Err(())), Err(()));
         assert_eq!(t.devs[0].held, 62 * MIB);
-        assert_eq!(hand_over(&mut t, 0, |_| Ok((0, false))), Ok(0));
+        assert_eq!(hand_over(&mut t, 0, |_, _| Ok((0, false))), Ok(0));
         assert_eq!(t.devs[0].held, 62 * MIB);
         // A device index out of range is measured alone.
-        assert_eq!(hand_over(&mut t, MAX_DEVICES, |held| Ok((held + 5, true))), Ok(5));
+        assert_eq!(hand_over(&mut t, MAX_DEVICES, |held, probe| Ok((held + probe + 5, true))), Ok(5));
     }
 }

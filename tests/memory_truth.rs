@@ -632,6 +632,54 @@ fn a_probe_block_never_costs_a_neighbour_process_an_allocation() {
 }
 
 #[test]
+fn a_context_measured_while_a_probe_block_is_held_is_not_charged_the_block() {
+    // Two identical containers; the moment one of them has its host PID and still holds its probe
+    // block (the probe resolved it), it retains the primary context through the hooked call, which
+    // measures the context against the driver's figure of the process. The block is the
+    // library's: the context is charged its own size only, and once the block is freed the slot
+    // holds exactly what the driver holds.
+    let env = [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "2048m"),
+        ("VGPU_SIM_HIDDEN_PRIMARY", "1"),
+        ("VGPU_SIM_PID_OFFSET", "100000"),
+        PROBE_ON,
+    ];
+    let base = (CTX_MIB + 16) * MIB;
+    let mut conclusive = 0;
+    for attempt in 0..3 {
+        let sb = Sandbox::new(&format!("truth_probe_ctx_charge{attempt}"));
+        let mut cs = identical_containers(&sb, &env);
+        let mut probed = None;
+        let t0 = Instant::now();
+        while probed.is_none() && t0.elapsed() < Duration::from_secs(8) {
+            probed = cs.iter().position(|(c, r)| {
+                driver_used(&sb, c.pid) > base && Snap::read(r).slot_of(c.pid).is_some_and(|s| s.hostpid != 0)
+            });
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let Some(i) = probed else {
+            eprintln!("attempt {attempt}: no process held its probe block once resolved");
+            continue;
+        };
+        let (c, r) = &mut cs[i];
+        c.ok("ctx 0");
+        let held_after = driver_used(&sb, c.pid) > base;
+        wait_for("probe block released", Duration::from_secs(3), || driver_used(&sb, c.pid) == base);
+        std::thread::sleep(Duration::from_millis(600)); // two reconciliation periods
+        let m = slot_mem(r, c.pid);
+        assert_split_adds_up(&m);
+        assert_eq!(m.context, CTX_MIB * MIB, "attempt {attempt}: the context was charged the probe block: {m:?}");
+        assert_eq!(m.total, base, "attempt {attempt}: the slot holds what the driver holds: {m:?}");
+        if held_after {
+            conclusive += 1;
+            break;
+        }
+        eprintln!("attempt {attempt}: the probe block was freed during the context's charge: inconclusive");
+    }
+    assert!(conclusive > 0, "no attempt measured a context while a probe block was held");
+}
+
+#[test]
 fn host_pid_of_a_visible_context_still_comes_from_the_creation_diff() {
     let sb = Sandbox::new("truth_hostpid_visible");
     let region = sb.region();

@@ -19,9 +19,9 @@
 //!
 //! Not charged to the container: an allocation that fits the application's own usage is never
 //! refused because of it, in this process or any other of the container. Only this process's
-//! readings of its own count for the truth reconciliation and the correlator include it
-//! ([`Probe::held_bytes`]), so our count moves by exactly the block and the driver's figure
-//! beside it is explained, never charged. While it is held, the container may hold up to the
+//! readings of its own count for the truth reconciliation, the correlator and a new context's
+//! measurement (`truth::hand_over`) include it ([`Probe::held_bytes`]), so our count moves by
+//! exactly the block and the driver's figure beside it is explained, never charged. While it is held, the container may hold up to the
 //! block beyond its limit on the device: the watcher frees it at its next step once the
 //! container's usage leaves less room than the block, and a refusal in this process frees it at
 //! once (`truth::before_refusal`). It is not in the allocation table, so nothing the application
