@@ -115,3 +115,90 @@ fn the_context_is_charged_before_the_first_allocations_pass_it() {
         assert_eq!((s.proc_num(), s.container_total(0)), (0, 0), "run {run}: the region is empty after the exit");
     }
 }
+
+const OVERLAP_CTX_MIB: u64 = 64;
+const OVERLAP_SIZES: [u64; 2] = [600, 300];
+
+/// Two processes of one container bring up their first contexts at one moment: both wait after
+/// `cuInit`, are released together, and each creation takes 300 ms (`VGPU_SIM_CTX_CREATE_MS`),
+/// so the NVML diff around one of them lists both PIDs. Each must end up with its own host PID
+/// and be charged its own context and data only, and the container's total is the sum of what
+/// the driver holds for the two. With NVML reporting the processes' own PIDs, and with an
+/// offset (a PID namespace: the identity tie-break cannot help, fork order decides). A run whose
+/// contexts did not overlap after all (a loaded machine delays one process past the other's
+/// creation) is checked the same way but does not count: each case needs two overlapping runs.
+#[test]
+fn two_processes_whose_first_contexts_overlap_are_each_charged_their_own_memory() {
+    for offset in [0u32, 100_000] {
+        let mut overlapped = 0;
+        let mut runs = 0;
+        while overlapped < 2 {
+            assert!(runs < 8, "offset {offset}: the contexts overlapped in {overlapped} of {runs} runs");
+            overlapped += usize::from(overlapping_first_contexts(offset, runs));
+            runs += 1;
+        }
+    }
+}
+
+/// One run of the test above; true when the contexts overlapped.
+fn overlapping_first_contexts(offset: u32, run: usize) -> bool {
+    let prog = common::c_program("alloc_hold", &["alloc_hold.c"], &["-lcuda"]);
+    let sb = Sandbox::new("ctx_overlap");
+    let (go, start) = (sb.dir.join("go"), sb.dir.join("start"));
+    let mut cs: Vec<_> = OVERLAP_SIZES
+        .iter()
+        .map(|mib| {
+            sb.run(&prog)
+                .shim(true)
+                .args([mib.to_string(), go.to_string_lossy().into_owned()])
+                .env("ALLOC_HOLD_START", &start)
+                .env("CUDA_DEVICE_MEMORY_LIMIT", "2g")
+                .env("VGPU_SIM_CTX_MIB", OVERLAP_CTX_MIB.to_string())
+                .env("VGPU_SIM_CTX_CREATE_MS", "300")
+                .env("VGPU_SIM_PID_OFFSET", offset.to_string())
+                .env("LIBCUDA_LOG_LEVEL", "4") // the creation diffs
+                .timeout_secs(60)
+                .spawn()
+        })
+        .collect();
+    for c in &cs {
+        let r = c.recv_line(Duration::from_secs(30));
+        assert_eq!(r.as_deref(), Ok("ready"), "{}", c.stderr());
+    }
+    std::fs::write(&start, b"").unwrap();
+    let lines: Vec<String> = cs
+        .iter()
+        .map(|c| c.recv_line(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no reply: {}", c.stderr())))
+        .collect();
+    // The watcher's resolution and the reconciliation (every 250 ms) have had their turn.
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = Snap::read(&sb.region());
+    let ctx = || {
+        let errs: Vec<String> = cs.iter().map(|c| c.stderr()).collect();
+        format!("offset {offset} run {run}: {lines:?}\nslots {:?}\nstderr:\n{}", s.live_slots(), errs.join("\n"))
+    };
+    let mut driver_total = 0;
+    for (c, mib) in cs.iter().zip(OVERLAP_SIZES) {
+        let slot = s.slot_of(c.pid).unwrap_or_else(|| panic!("no slot: {}", ctx()));
+        assert_eq!(slot.hostpid, (c.pid + offset) as i32, "its own host PID: {}", ctx());
+        let m = slot.used[0];
+        assert_eq!((m.context, m.data), (OVERLAP_CTX_MIB * MIB, mib * MIB), "charged its own memory only: {}", ctx());
+        let drv = driver_used(&sb, c.pid);
+        assert_eq!(m.total, drv, "counted = what the driver holds for it: {}", ctx());
+        driver_total += drv;
+    }
+    assert_eq!(s.container_total(0), driver_total, "the container's total is the sum: {}", ctx());
+    // Some process's diff around its context listed both PIDs.
+    let overlapped = cs.iter().any(|c| {
+        c.stderr()
+            .lines()
+            .filter_map(|l| l.split("context creation diff [").nth(1))
+            .any(|d| d.split(']').next().is_some_and(|l| l.split(',').count() == OVERLAP_SIZES.len()))
+    });
+    std::fs::write(&go, b"").unwrap();
+    let what = ctx();
+    for c in &mut cs {
+        assert!(c.wait_within(Duration::from_secs(10)).is_ok_and(|s| s.success()), "{what}");
+    }
+    overlapped
+}

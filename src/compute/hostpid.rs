@@ -142,7 +142,9 @@ pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
             ctl.pids.set_after(a.clone());
             let oth = others(c, None);
             let view = oth.view(&a, c.pid as u32);
-            if let Some((hp, how)) = ctl.pids.step(&view) {
+            let got = ctl.pids.step(&view);
+            crate::debug!("compute: device {d}: context creation diff {:?} -> {got:?}", ctl.pids.candidates(&view));
+            if let Some((hp, how)) = got {
                 use vgpu_core::limiter::pidmap::How;
                 if matches!(how, How::Unique | How::Order) {
                     ctl.hostpid = Some(hp);

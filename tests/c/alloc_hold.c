@@ -1,7 +1,9 @@
 /* alloc_hold MIB [WAITFILE]: cuInit, primary context, one cuMemAlloc of MIB MiB; prints
  * rc=<CUresult> total=<cuMemGetInfo total> used=<total - free>, then (if WAITFILE is given)
  * keeps the allocation until WAITFILE exists (at most 60 s). For multi-process tests driven from
- * a shell (e.g. inside a PID namespace, where the test harness cannot talk to the process). */
+ * a shell (e.g. inside a PID namespace, where the test harness cannot talk to the process).
+ * With ALLOC_HOLD_START=<file> it prints `ready` after cuInit and waits for that file (at most
+ * 60 s) before the context: processes released together create their contexts together. */
 #define _GNU_SOURCE
 #include "cuda_min.h"
 #include <time.h>
@@ -12,7 +14,20 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUdevice d;
     CUcontext c;
-    if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) {
+    if (cuInit(0) || cuDeviceGet(&d, 0)) {
+        printf("error=init\n");
+        return 1;
+    }
+    const char *start = getenv("ALLOC_HOLD_START");
+    if (start && *start) {
+        printf("ready\n");
+        fflush(stdout);
+        for (int i = 0; i < 60000 && access(start, F_OK) != 0; i++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) {
         printf("error=init\n");
         return 1;
     }

@@ -99,6 +99,15 @@ pub(crate) fn activate(sim: &mut Sim, dev: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// A device's first context of this process takes `VGPU_SIM_CTX_CREATE_MS` to come up (listed and
+/// charged already, as a real driver's context is while its creation runs), sim lock released.
+fn bringing_up(first: bool) {
+    let t = knobs().ctx_create;
+    if first && !t.is_zero() {
+        std::thread::sleep(t);
+    }
+}
+
 pub(crate) fn deactivate(sim: &mut Sim, dev: usize) {
     if sim.dev_ctx_count[dev] == 0 {
         return;
@@ -130,6 +139,7 @@ pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         crate::nonnull(pctx)?;
         let mut sim = sim::lock();
         let h = primary_handle(d);
+        let first = sim.dev_ctx_count[d] == 0;
         let c = ctx_entry(&mut sim, h).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
         if c.refcount == 0 {
             activate(&mut sim, d)?;
@@ -137,6 +147,8 @@ pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         let c = sim.ctxs.get_mut(&h).unwrap();
         c.refcount += 1;
         c.active = true;
+        drop(sim);
+        bringing_up(first);
         unsafe { out(pctx, h as CUcontext) }
     })
 }
@@ -207,11 +219,14 @@ pub(crate) fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUr
         let d = check_dev(dev)?;
         crate::nonnull(pctx)?;
         let mut sim = sim::lock();
+        let first = sim.dev_ctx_count[d] == 0;
         activate(&mut sim, d)?;
         let h = sim::new_handle();
         sim.ctxs
             .insert(h, Ctx { dev: d, primary: false, active: true, refcount: 1, flags, max_tail: Default::default() });
         STACK.with(|s| s.borrow_mut().push(h));
+        drop(sim);
+        bringing_up(first);
         unsafe { out(pctx, h as CUcontext) }
     })
 }

@@ -44,6 +44,10 @@ use types::*;
 /// Per-process knobs (the device configuration itself comes from the state file).
 pub(crate) struct Knobs {
     pub ctx_bytes: u64,
+    /// `VGPU_SIM_CTX_CREATE_MS`: a retain or creation that brings up a device's first context of
+    /// the process takes this long, with the context already listed by NVML and its memory held
+    /// (default 0).
+    pub ctx_create: std::time::Duration,
     pub ns_per_block: u64,
     pub kernel_ns: Option<u64>,
     pub max_queue_ns: u64,
@@ -71,6 +75,7 @@ pub(crate) fn knobs() -> &'static Knobs {
     static K: OnceLock<Knobs> = OnceLock::new();
     K.get_or_init(|| Knobs {
         ctx_bytes: env_u64("VGPU_SIM_CTX_MIB").unwrap_or(256) << 20,
+        ctx_create: std::time::Duration::from_millis(env_u64("VGPU_SIM_CTX_CREATE_MS").unwrap_or(0)),
         ns_per_block: env_u64("VGPU_SIM_NS_PER_BLOCK").unwrap_or(1000),
         kernel_ns: env_u64("VGPU_SIM_KERNEL_NS"),
         max_queue_ns: env_u64("VGPU_SIM_MAX_QUEUE_US").unwrap_or(20_000) * 1000,
