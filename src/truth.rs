@@ -123,6 +123,8 @@ struct Raw {
     procs: Vec<(u32, u64)>,
     explained: u64,
     after: u64,
+    /// No allocation or free of ours in flight around the NVML call (the correlator's condition).
+    settled: bool,
 }
 
 /// One consistent (own before, NVML list, allowance, own after) reading of region device `d`: the
@@ -142,13 +144,14 @@ fn read(dt: &mut DevTruth, d: usize) -> Result<Raw, NoTruth> {
     let probe = dt.probe.held_bytes();
     let mut last = None;
     for _ in 0..3 {
+        let mark = st.ledger.change_mark();
         let before = st.ledger.own_usage(d).saturating_add(probe);
         let procs = driver::nvml_processes(h).ok_or(NoTruth::Nvml)?;
         let explained = allowance(d);
         let after = st.ledger.own_usage(d).saturating_add(probe);
-        let stable = before == after;
-        last = Some(Raw { before, procs, explained, after });
-        if stable {
+        let settled = mark.settled_until(st.ledger.change_mark());
+        last = Some(Raw { before, procs, explained, after, settled });
+        if before == after && settled {
             break;
         }
     }
@@ -174,13 +177,13 @@ fn allowance(d: usize) -> u64 {
 pub fn measure(t: &mut Truth, d: usize) -> Result<Reading, NoTruth> {
     let hp = hostpid::known(d).ok_or(NoTruth::PidUnresolved)?;
     let dt = &mut t.devs[d];
-    let Raw { before, procs, explained, after } = read(dt, d)?;
+    let Raw { before, procs, explained, after, settled } = read(dt, d)?;
     let truth = procs.iter().find(|p| p.0 == hp).map(|p| p.1).ok_or(NoTruth::NotListed)?;
     if truth == NVML_VALUE_NOT_AVAILABLE {
         return Err(NoTruth::Mig); // MIG (and WDDM) report no per-process figure
     }
     dt.last_truth = Some(truth);
-    Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained })
+    Ok(Reading { truth, counted_before: before, counted_after: after, allowance: explained, settled })
 }
 
 fn note_no_truth(d: usize, why: NoTruth) {
@@ -259,11 +262,11 @@ pub fn reconcile_now(d: usize) {
 fn correlate(t: &mut Truth, d: usize) {
     let Some(c) = compute::try_get() else { return };
     let dt = &mut t.devs[d];
-    let Ok(Raw { before, mut procs, after, .. }) = read(dt, d) else { return };
+    let Ok(Raw { before, mut procs, after, settled, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
     let oth = hostpid::others(c, None);
-    let s = Sample { own_before: before, own_after: after, procs: &procs, claimed: &oth.claimed };
+    let s = Sample { own_before: before, own_after: after, settled, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
     hostpid::found_by_correlation(c, d, hp);
 }
@@ -337,8 +340,9 @@ pub fn before_refusal(d: usize) -> bool {
 /// memory (`op`: the real call). Its cost (NVML's figure across the call, less our own counting meanwhile) is
 /// charged as `kind` against the limit and recorded under `key()` in the handle table (owner
 /// `owner`, so a context teardown gives it back). A cost over the limit runs `undo(key)` and
-/// returns `CUDA_ERROR_OUT_OF_MEMORY`. Without a usable truth the operation just runs (the
-/// periodic reconciliation catches up once our host PID is known).
+/// returns `CUDA_ERROR_OUT_OF_MEMORY`. Without a usable truth, or with an allocation or free of
+/// ours in flight at either reading, the operation just runs (the periodic reconciliation catches
+/// up).
 pub fn measured(
     d: usize,
     kind: UsageKind,
@@ -360,6 +364,14 @@ pub fn measured(
         }
         let k = key();
         let (Some(b), Ok(a)) = (before, measure(t, d)) else { return r };
+        if !b.settled || !a.settled {
+            // An allocation of another thread in flight at either reading would count as this
+            // operation's cost (or hide it): left to the reconciliation.
+            crate::debug!(
+                "{what}: an allocation or free of ours was in flight across its measurement: left to the reconciliation"
+            );
+            return r;
+        }
         let cost = reconcile::measured_cost(b.truth, a.truth, b.counted_after, a.counted_before);
         if cost == 0 {
             return r;

@@ -417,6 +417,42 @@ fn memory_held_out_of_sight_is_reconciled_within_half_a_second() {
     assert!(truth <= 1024 * MIB + GRANULE, "driver holds {truth}");
 }
 
+#[test]
+fn a_reading_inside_a_slow_allocation_never_gives_the_context_charge_back() {
+    // The hidden context's memory is held by the reconciliation. A 256 MiB allocation is counted
+    // before the driver makes it; readings of the driver inside that call (it takes 700 ms, the
+    // reconciliation reads every 250 ms) see the ledger ahead by 256 MiB and must not conclude
+    // that the context's memory was given back (the container's usage would be understated).
+    let sb = Sandbox::new("truth_inflight");
+    let region = sb.region();
+    let mut a = spawn(
+        &sb,
+        &region,
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "1024m"), ("VGPU_SIM_HIDDEN_PRIMARY", "1"), ("VGPU_SIM_ALLOC_MS", "700")],
+    );
+    a.ok("init");
+    a.ok("hidden 0");
+    a.ok("alloc 16777216");
+    wait_for("context reconciled", Duration::from_secs(5), || {
+        slot_mem(&region, a.pid).context + GRANULE >= CTX_MIB * MIB
+    });
+    let held = slot_mem(&region, a.pid).context;
+    a.p.send_line("alloc 268435456").unwrap();
+    let t0 = Instant::now();
+    let (mut lowest, mut counted) = (u64::MAX, false);
+    while t0.elapsed() < Duration::from_millis(650) {
+        let m = slot_mem(&region, a.pid);
+        lowest = lowest.min(m.context);
+        counted |= m.data >= 272 * MIB;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let reply = a.read();
+    assert!(reply.contains("rc=0"), "allocation failed: {reply}\n{}", a.stderr());
+    assert!(counted, "the allocation was not counted while in flight: the window was not hit");
+    assert!(lowest >= held, "the context charge fell from {held} to {lowest} bytes while an allocation was in flight");
+    assert_eq!(slot_mem(&region, a.pid).context, held);
+}
+
 // ---- §4: host PID whoever created the context ----------------------------------------------------
 
 /// One client per region in `regions` (several may share one: processes of one container), each

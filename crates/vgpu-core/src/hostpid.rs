@@ -28,6 +28,12 @@ pub const GRANULE: u64 = 2 << 20;
 pub struct Sample<'a> {
     pub own_before: u64,
     pub own_after: u64,
+    /// No allocation or free of ours was in flight around the NVML call
+    /// ([`crate::ledger::ChangeMark::settled_until`]): the ledger counts an allocation before the
+    /// driver makes it, so a sample inside that call would see our count move and our own PID's
+    /// figure not yet (a strike for us, and perhaps a hit for another process whose identical
+    /// allocation landed meanwhile).
+    pub settled: bool,
     pub procs: &'a [(u32, u64)],
     /// Host PIDs claimed by other live slots (any container's region we can see: ours).
     pub claimed: &'a [u32],
@@ -69,8 +75,8 @@ impl MemCorrelator {
 
     /// Feed one sample; returns our host PID once it is the only consistent candidate.
     pub fn observe(&mut self, s: &Sample) -> Option<u32> {
-        if s.own_before != s.own_after {
-            // Our count moved during the NVML call: this sample cannot be paired.
+        if s.own_before != s.own_after || !s.settled {
+            // Our count moved, or could have, during the NVML call: this sample cannot be paired.
             self.last_own = None;
             return None;
         }
@@ -117,7 +123,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn s<'a>(own: u64, procs: &'a [(u32, u64)], claimed: &'a [u32]) -> Sample<'a> {
-        Sample { own_before: own, own_after: own, procs, claimed }
+        Sample { own_before: own, own_after: own, settled: true, procs, claimed }
     }
 
     #[test]
@@ -141,6 +147,24 @@ mod tests {
         // 300 = us (context 256 MiB already there), 301 = another process, idle.
         assert_eq!(c.observe(&s(0, &[(300, 256 * MIB), (301, 300 * MIB)], &[])), None);
         assert_eq!(c.observe(&s(8 * MIB, &[(300, 264 * MIB), (301, 300 * MIB)], &[])), Some(300));
+    }
+
+    #[test]
+    fn a_sample_inside_our_driver_call_is_not_evidence() {
+        let mut c = MemCorrelator::new();
+        // 300 = us, 301 = a process of another container with the same workload.
+        c.observe(&s(0, &[(300, 256 * MIB), (301, 256 * MIB)], &[]));
+        // Our 8 MiB is counted, the driver has not made it yet; 301's identical allocation landed.
+        let inside = Sample { settled: false, ..s(8 * MIB, &[(300, 256 * MIB), (301, 264 * MIB)], &[]) };
+        assert_eq!(c.observe(&inside), None);
+        // Our allocation lands: no baseline from the discarded sample, no evidence yet.
+        assert_eq!(c.observe(&s(8 * MIB, &[(300, 264 * MIB), (301, 264 * MIB)], &[])), None);
+        // The streams diverge: we are named, never 301.
+        assert_eq!(c.observe(&s(16 * MIB, &[(300, 272 * MIB), (301, 264 * MIB)], &[])), Some(300));
+        // The same readings taken as settled hand us 301 (what the mark prevents).
+        let mut c = MemCorrelator::new();
+        c.observe(&s(0, &[(300, 256 * MIB), (301, 256 * MIB)], &[]));
+        assert_eq!(c.observe(&s(8 * MIB, &[(300, 256 * MIB), (301, 264 * MIB)], &[])), Some(301));
     }
 
     #[test]
@@ -179,7 +203,8 @@ mod tests {
     fn unstable_samples_are_discarded_and_races_start_over() {
         let mut c = MemCorrelator::new();
         c.observe(&s(0, &[(300, 256 * MIB)], &[]));
-        let racy = Sample { own_before: 0, own_after: 8 * MIB, procs: &[(300, 264 * MIB)], claimed: &[] };
+        let racy =
+            Sample { own_before: 0, own_after: 8 * MIB, settled: true, procs: &[(300, 264 * MIB)], claimed: &[] };
         assert_eq!(c.observe(&racy), None);
         // Next sample has no baseline: no verdict from it alone.
         assert_eq!(c.observe(&s(8 * MIB, &[(300, 264 * MIB)], &[])), None);

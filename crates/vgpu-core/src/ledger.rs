@@ -171,7 +171,27 @@ const QUIET_WAIT: Duration = Duration::from_secs(2);
 #[derive(Default)]
 struct Quiet {
     measuring: AtomicU32,
+    /// Changes in flight (the low bits, [`IN_FLIGHT`]) and changes begun, wrapping (the high
+    /// bits, [`BEGUN`] each): one word, so a reader can tell a window without any change.
     changing: AtomicU32,
+}
+
+/// The in-flight count of [`Quiet::changing`].
+const IN_FLIGHT: u32 = 0xffff;
+/// One change begun, in [`Quiet::changing`].
+const BEGUN: u32 = 1 << 16;
+
+/// A reading of this process's memory changes ([`Ledger::change_mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeMark(u32);
+
+impl ChangeMark {
+    /// No change was in flight at either mark and none began between them: in that window the
+    /// driver holds exactly what the ledger counts for this process's own allocations (a
+    /// reservation is counted before the driver's call, a free after it).
+    pub fn settled_until(self, later: ChangeMark) -> bool {
+        self == later && self.0 & IN_FLIGHT == 0
+    }
 }
 
 /// A change of this process's device memory in flight ([`Ledger::change`]); ends when dropped.
@@ -541,14 +561,14 @@ impl<'r> Ledger<'r> {
         loop {
             // Dekker with `quiesced`: our count is visible before we read theirs, theirs before
             // they read ours, so one of the two always sees the other.
-            q.changing.fetch_add(1, Ordering::SeqCst);
+            q.changing.fetch_add(BEGUN | 1, Ordering::SeqCst);
             if q.measuring.load(Ordering::SeqCst) == 0 {
                 return Change { quiet: q };
             }
             q.changing.fetch_sub(1, Ordering::Release);
             if !wait_until(QUIET_WAIT, || q.measuring.load(Ordering::Acquire) == 0) {
                 // A measurement stuck for long (its thread stopped): go ahead, it will be off.
-                q.changing.fetch_add(1, Ordering::SeqCst);
+                q.changing.fetch_add(BEGUN | 1, Ordering::SeqCst);
                 return Change { quiet: q };
             }
         }
@@ -572,7 +592,14 @@ impl<'r> Ledger<'r> {
         let q = &self.quiet;
         q.measuring.fetch_add(1, Ordering::SeqCst);
         let _m = Measuring(&q.measuring);
-        f(wait_until(QUIET_WAIT, || q.changing.load(Ordering::SeqCst) == 0))
+        f(wait_until(QUIET_WAIT, || q.changing.load(Ordering::SeqCst) & IN_FLIGHT == 0))
+    }
+
+    /// Where this process's memory changes stand now: two marks around a reading of the driver
+    /// tell whether the ledger and the driver could disagree in it
+    /// ([`ChangeMark::settled_until`]). Never waits, unlike [`quiesced`](Self::quiesced).
+    pub fn change_mark(&self) -> ChangeMark {
+        ChangeMark(self.quiet.changing.load(Ordering::SeqCst))
     }
 
     /// Counts `bytes` on `dev` if the container stays within `limit` (0 = none; read live by the

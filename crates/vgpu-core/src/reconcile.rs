@@ -35,13 +35,19 @@ pub struct Reading {
     /// allocations ([`rounding`]) and the unused reserve of stream-ordered pools (uncounted at
     /// `cuMemFreeAsync` by design).
     pub allowance: u64,
+    /// No allocation or free of ours was in flight around the truth read
+    /// ([`crate::ledger::ChangeMark::settled_until`]). An allocation is counted before the
+    /// driver makes it: read inside its call, the ledger is ahead of the driver by its size, and
+    /// the step would give back that much of the charge (the container's usage understated, the
+    /// limit lifted, until the next step).
+    pub settled: bool,
 }
 
 impl Reading {
-    /// Both counted reads agree: no allocation or free of ours raced the truth read, so the two
-    /// figures describe the same moment (modulo an allocation in flight, corrected next step).
+    /// Both counted reads agree and nothing of ours was in flight: the two figures describe the
+    /// same moment.
     pub fn stable(&self) -> bool {
-        self.counted_before == self.counted_after
+        self.counted_before == self.counted_after && self.settled
     }
 }
 
@@ -111,7 +117,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn r(truth: u64, counted: u64) -> Reading {
-        Reading { truth, counted_before: counted, counted_after: counted, allowance: 0 }
+        Reading { truth, counted_before: counted, counted_after: counted, allowance: 0, settled: true }
     }
 
     #[test]
@@ -174,7 +180,13 @@ mod tests {
         assert_eq!(rounding(2 * MIB), 0);
         assert_eq!(rounding(3 * MIB), MIB);
         // 8 MiB context + three 1 MiB allocations the driver rounds to 2 MiB each.
-        let r = Reading { truth: 14 * MIB, counted_before: 11 * MIB, counted_after: 11 * MIB, allowance: 3 * MIB };
+        let r = Reading {
+            truth: 14 * MIB,
+            counted_before: 11 * MIB,
+            counted_after: 11 * MIB,
+            allowance: 3 * MIB,
+            settled: true,
+        };
         assert_eq!(step(&r, 0), Step::Keep);
         // A module of 64 MiB on top is still charged in full.
         let r = Reading { truth: 78 * MIB, ..r };
@@ -183,9 +195,30 @@ mod tests {
 
     #[test]
     fn unstable_readings_change_nothing() {
-        let x = Reading { truth: 500 * MIB, counted_before: 10 * MIB, counted_after: 20 * MIB, allowance: 0 };
+        let x = Reading {
+            truth: 500 * MIB,
+            counted_before: 10 * MIB,
+            counted_after: 20 * MIB,
+            allowance: 0,
+            settled: true,
+        };
         assert!(!x.stable());
         assert_eq!(step(&x, 0), Step::Keep);
+    }
+
+    #[test]
+    fn a_reading_inside_an_allocation_gives_nothing_back() {
+        // 64 MiB held for a hidden context; a 256 MiB allocation counted, not made yet.
+        let r = Reading {
+            truth: 72 * MIB,
+            counted_before: 328 * MIB,
+            counted_after: 328 * MIB,
+            allowance: 0,
+            settled: false,
+        };
+        assert_eq!(step(&r, 64 * MIB), Step::Keep);
+        // The same figures taken as settled would release the whole charge.
+        assert_eq!(step(&Reading { settled: true, ..r }, 64 * MIB), Step::Release(64 * MIB));
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub(crate) struct Knobs {
     /// the process takes this long, with the context already listed by NVML and its memory held
     /// (default 0).
     pub ctx_create: std::time::Duration,
+    /// `VGPU_SIM_ALLOC_MS`: a `cuMemAlloc` takes this long before it makes the allocation (a
+    /// real driver's large allocation takes milliseconds; tests widen the window in which a
+    /// reading of NVML falls inside one). Default 0.
+    pub alloc_delay: std::time::Duration,
     pub ns_per_block: u64,
     pub kernel_ns: Option<u64>,
     pub max_queue_ns: u64,
@@ -76,6 +80,7 @@ pub(crate) fn knobs() -> &'static Knobs {
     K.get_or_init(|| Knobs {
         ctx_bytes: env_u64("VGPU_SIM_CTX_MIB").unwrap_or(256) << 20,
         ctx_create: std::time::Duration::from_millis(env_u64("VGPU_SIM_CTX_CREATE_MS").unwrap_or(0)),
+        alloc_delay: std::time::Duration::from_millis(env_u64("VGPU_SIM_ALLOC_MS").unwrap_or(0)),
         ns_per_block: env_u64("VGPU_SIM_NS_PER_BLOCK").unwrap_or(1000),
         kernel_ns: env_u64("VGPU_SIM_KERNEL_NS"),
         max_queue_ns: env_u64("VGPU_SIM_MAX_QUEUE_US").unwrap_or(20_000) * 1000,

@@ -198,6 +198,10 @@ fn alloc_kind(dptr: *mut CUdeviceptr, size: usize, kind: AllocKind) -> CUresult 
 }
 
 pub(crate) fn mem_alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    let delay = crate::knobs().alloc_delay;
+    if !delay.is_zero() {
+        std::thread::sleep(delay); // outside the simulator's lock: the device keeps answering
+    }
     alloc_kind(dptr, size, AllocKind::Device)
 }
 
