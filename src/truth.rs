@@ -265,7 +265,7 @@ fn correlate(t: &mut Truth, d: usize) {
     let Ok(Raw { before, mut procs, after, settled, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let oth = hostpid::others(c, None);
+    let oth = hostpid::others(c, d, None);
     let s = Sample { own_before: before, own_after: after, settled, procs: &procs, claimed: &oth.claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
     hostpid::found_by_correlation(c, d, hp);

@@ -6,6 +6,7 @@
 //! ±3-point bar is measured by ci/bench_compute.sh, not asserted by timed tests on a loaded box).
 
 mod common;
+mod memory_support;
 
 use common::simbusy::{busy, read_pid, share};
 use common::{Out, Sandbox};
@@ -186,6 +187,7 @@ mod ext {
     pub const SHARE_PPM: usize = offset_of!(D, share_ppm);
     pub const SENSOR: usize = offset_of!(D, sensor);
     pub const BLOCKED_NS: usize = offset_of!(D, blocked_ns);
+    pub const UNRESOLVED_PIDS: usize = offset_of!(D, unresolved_pids);
 }
 
 /// Creates the sandbox region (and simulated state) by running a no-op client under the shim.
@@ -519,6 +521,49 @@ fn concurrent_starts_resolve_host_pids_without_serialising() {
             let init: u64 = o.val("init_ns").parse().unwrap();
             assert!(init < 1_500_000_000, "initialisation took {} ms", init / 1_000_000);
         }
+    });
+}
+
+#[test]
+fn a_launcher_without_a_context_is_not_waited_for_as_an_unresolved_process() {
+    // A launcher that only initialised CUDA (it holds nothing on the device, NVML never lists
+    // it) beside a limited worker: once the worker's host PID is known, no process of the
+    // container is unresolved on the device (the burst step attributes the container's work only
+    // then), and the launcher is never matched to a listed PID.
+    let sb = Sandbox::new("compute_launcher");
+    make_state(&sb);
+    let region = sb.region();
+    // The container's environment: the launcher creates the region with the limit.
+    let mut launcher = memory_support::client(&sb)
+        .region(&region)
+        .env("CUDA_DEVICE_SM_LIMIT", 50)
+        .env("GPU_CORE_UTILIZATION_POLICY", "force")
+        .spawn();
+    assert_eq!(launcher.cmd("init").rc(), 0);
+    let pidf = sb.dir.join("pid");
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            Job::limited(50)
+                .region(region.clone())
+                .env("VGPU_SIM_PID_OFFSET", 7777)
+                .args(&["--seconds", "2.5", "--kernel-us", "100", "--pid-file", pidf.to_str().unwrap()])
+                .go(&sb, 30)
+        });
+        let pid = read_pid(&pidf) as i32;
+        let m = Monitor::open(&region);
+        let t = Instant::now();
+        while !m.slots().iter().any(|s| s.0 == pid && s.1 == pid + 7777) {
+            assert!(t.elapsed() < Duration::from_secs(2), "worker's host PID not resolved: {:?}", m.slots());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Two NVML rounds of the watcher (250 ms each) publish the count.
+        std::thread::sleep(Duration::from_millis(700));
+        let slots = m.slots();
+        assert!(slots.iter().any(|s| s.0 == launcher.pid as i32 && s.1 <= 0), "launcher: {slots:?}");
+        assert_eq!(m.ext_word(ext::UNRESOLVED_PIDS), 0, "the launcher counted as unresolved: {slots:?}");
+        let worker = slots.iter().find(|s| s.0 == pid).expect("worker slot");
+        assert!(worker.2 <= 70, "the worker is limited (sm_util {} under a 50 % limit)", worker.2);
+        h.join().unwrap().ok();
     });
 }
 

@@ -17,7 +17,7 @@ pub(crate) struct Others {
     pub claimed: Vec<u32>,
     /// Their (pid, host pid) pairs.
     pub pairs: Vec<(u32, u32)>,
-    /// Pids of live slots without a host PID (ours included).
+    /// Pids of live slots without a host PID that hold memory on the device (ours included).
     pub unresolved: Vec<u32>,
 }
 
@@ -27,9 +27,9 @@ impl Others {
     }
 }
 
-/// The other live slots of the region. A slot with a lower index that claims the same PID as we
-/// do wins it (so two claimants never both yield).
-pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
+/// The other live slots of the region, as seen from region device `d`. A slot with a lower index
+/// that claims the same PID as we do wins it (so two claimants never both yield).
+pub(crate) fn others(c: &Compute, d: usize, mine: Option<u32>) -> Others {
     let mut o = Others { claimed: Vec::new(), pairs: Vec::new(), unresolved: vec![c.pid as u32] };
     let Some(r) = c.region else { return o };
     let sh = r.shared();
@@ -40,7 +40,9 @@ pub(crate) fn others(c: &Compute, mine: Option<u32>) -> Others {
             continue;
         }
         if h <= 0 {
-            o.unresolved.push(pid as u32);
+            if s.awaits_host_pid_on(d) {
+                o.unresolved.push(pid as u32);
+            }
             continue;
         }
         let h = h as u32;
@@ -109,6 +111,10 @@ pub fn ctx_creating(dev: CUdevice) -> Option<CtxSnapshot> {
         if c.devs[d].ctl.lock().first_ctx_seen {
             return None;
         }
+        // Before the driver's call: a sibling whose diff lists us counts us as unresolved there.
+        if let Some(r) = c.region {
+            vgpu_core::slots::mark_context(r, c.pid, d);
+        }
         let h = api::nvml_handle(d)?;
         let before = api::nvml_processes(h)?.into_iter().map(|(p, _)| p).collect();
         Some(CtxSnapshot { d, before })
@@ -140,7 +146,7 @@ pub fn ctx_created(dev: CUdevice, snap: Option<CtxSnapshot>, r: CUresult) {
         if let (Some(s), Some(a)) = (snap, after) {
             ctl.pids.set_before(s.before);
             ctl.pids.set_after(a.clone());
-            let oth = others(c, None);
+            let oth = others(c, d, None);
             let view = oth.view(&a, c.pid as u32);
             let got = ctl.pids.step(&view);
             crate::debug!("compute: device {d}: context creation diff {:?} -> {got:?}", ctl.pids.candidates(&view));

@@ -143,7 +143,7 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     };
     let (start, end) = (wall_us_to_mono(span.from_us), wall_us_to_mono(span.end_us));
     if let Some(present) = &present {
-        pid_evidence(c, &mut ctl, present, &span, start, end);
+        pid_evidence(c, d, &mut ctl, present, &span, start, end);
     }
     if let Some(hp) = ctl.hostpid {
         correct(c, d, &mut ctl, &span, hp, start, end, now);
@@ -190,7 +190,7 @@ fn self_measured(c: &Compute, d: usize, ctl: &mut super::Ctl, self_share: Option
 
 /// Host PID: one resolver step on NVML's process list; a new answer is claimed in our slot.
 fn resolve_hostpid(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32]) {
-    let oth = others(c, ctl.hostpid);
+    let oth = others(c, d, ctl.hostpid);
     let got = ctl.pids.step(&oth.view(present, c.pid as u32)).map(|(h, _)| h);
     if got != ctl.hostpid {
         if let Some(hp) = got {
@@ -202,10 +202,11 @@ fn resolve_hostpid(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32])
     }
 }
 
-/// The container's processes without a host PID (the burst step trusts its own share only at 0).
+/// The container's processes NVML may list on `d` without a host PID (the burst step trusts its
+/// own share only at 0).
 fn publish_unresolved(c: &Compute, d: usize) {
     if let Some(r) = c.region {
-        let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.hostpid <= 0).count();
+        let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.awaits_host_pid_on(d)).count();
         c.words(d).unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
     }
 }
@@ -246,9 +247,9 @@ fn next_span(c: &Compute, d: usize, h: crate::ffi::nvmlDevice_t, ctl: &mut super
 }
 
 /// Evidence for the host-PID resolver: which listed PIDs were busy while we were (or were not).
-fn pid_evidence(c: &Compute, ctl: &mut super::Ctl, present: &[u32], span: &Span, start: u64, end: u64) {
+fn pid_evidence(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32], span: &Span, start: u64, end: u64) {
     let util: Vec<(u32, u32)> = span.busy.iter().map(|&(p, b)| (p, nvmlspan::percent(b, span.len_us()))).collect();
-    let oth = others(c, ctl.hostpid);
+    let oth = others(c, d, ctl.hostpid);
     let mine = ctl.corr.self_busy(start, end);
     let busy = (end > start).then(|| mine as f64 / (end - start) as f64);
     ctl.pids.observe(&oth.view(present, c.pid as u32), busy, mine > 0, &util);

@@ -82,6 +82,10 @@ pub const PENDING_MAX: u64 = (1 << 60) - 1;
 /// bytes out of it (allocating) and back into it (freeing); any reserver that finds the
 /// container over its limit revokes it (swap to 0). See docs/design.md "Memory ledger", leases.
 const LEASE: usize = 0;
+/// Index of `used[dev].unused[]` marking that the owner creates or created a context on the
+/// device through a hooked call (set before the driver's call, never cleared while the slot
+/// lives): NVML may list it there before any of its memory is counted.
+const CONTEXT_MARK: usize = 1;
 
 /// Liveness probe: `(pid, start_time) → dead?`. [`is_dead`] in production, closures in tests.
 pub type Liveness<'a> = &'a dyn Fn(i32, u64) -> bool;
@@ -755,6 +759,16 @@ impl LiveSlot<'_> {
         });
         UsageBreakdown { total: v[0], context: v[1], module: v[2], data: v[3] }
     }
+
+    /// A process NVML may list on `dev` whose host PID is not known yet: no host PID, and memory
+    /// on the device (a context or allocations). A process that only initialised CUDA or NVML (a
+    /// launcher that spawns the workers, a metrics sidecar) holds none there and is not one: it
+    /// would otherwise keep the container's work "unattributed" and be matched to a PID that is
+    /// not its own.
+    pub fn awaits_host_pid_on(&self, dev: usize) -> bool {
+        let marked = self.slot.used.get(dev).is_some_and(|m| m.unused[CONTEXT_MARK].load(Ordering::Relaxed) != 0);
+        self.hostpid <= 0 && (marked || self.usage(dev).total > 0)
+    }
 }
 
 /// The slots that count, in index order: `k < proc_num` (clamped to the table) with
@@ -771,6 +785,15 @@ pub fn live(r: &SharedRegion) -> impl Iterator<Item = LiveSlot<'_>> {
         let hostpid = slot.hostpid.load(Ordering::Acquire);
         Some(LiveSlot { index, pid, hostpid, slot })
     })
+}
+
+/// Marks that `pid` is creating a context on `dev` ([`LiveSlot::awaits_host_pid_on`]). False
+/// when `pid` has no slot or `dev` is out of range.
+pub fn mark_context(region: &Region, pid: i32, dev: usize) -> bool {
+    let Some(k) = find_slot(region, pid) else { return false };
+    let Some(m) = region.shared().procs[k].used.get(dev) else { return false };
+    put64(&m.unused[CONTEXT_MARK], 1, Ordering::Release);
+    true
 }
 
 /// Writes `device_util[dev].sm_util` of `pid`'s slot (the monitor sums it). False when `pid` has
@@ -905,6 +928,25 @@ mod tests {
     }
 
     const ALIVE: Liveness<'static> = &|_, _| false;
+
+    #[test]
+    fn only_a_process_with_memory_on_the_device_awaits_its_host_pid_there() {
+        let (_p, region) = crate::testutil::temp_region("slots-awaits");
+        let (worker, launcher) = (unsafe { libc::getpid() }, 1);
+        attach_with(&region.lock().unwrap(), worker, 0, &|_, _| false).unwrap();
+        attach_with(&region.lock().unwrap(), launcher, 0, &|_, _| false).unwrap();
+        add_usage(&region, worker, 0, UsageKind::Context, 64 << 20).unwrap();
+        let awaits =
+            |d: usize| live(region.shared()).filter(|s| s.awaits_host_pid_on(d)).map(|s| s.pid).collect::<Vec<_>>();
+        assert_eq!(awaits(0), vec![worker], "the launcher holds nothing on device 0");
+        assert!(awaits(1).is_empty(), "nobody holds memory on device 1");
+        // A context under way on device 1, nothing counted there yet.
+        assert!(mark_context(&region, launcher, 1));
+        assert_eq!(awaits(1), vec![launcher]);
+        set_hostpid(&region, worker, 4242).unwrap();
+        assert!(awaits(0).is_empty(), "resolved");
+        assert!(!mark_context(&region, 77, 0), "no slot");
+    }
 
     #[test]
     fn live_skips_holes_and_reads_under_the_seqlock() {

@@ -13,8 +13,8 @@
 //! 3. **Fork order** tie-break: a fork allocates the new PID in every namespace at once, so within
 //!    one container host PIDs increase with container PIDs (barring wrap-around). Candidates that
 //!    contradict the order of the container's already resolved (pid, host pid) pairs are dropped
-//!    ([`How::Order`]). When as many candidates remain as the container has unresolved processes,
-//!    they are matched by rank.
+//!    ([`How::Order`]). When as many candidates remain as the container has unresolved processes
+//!    (`View::unresolved`: no host PID, memory on the device), they are matched by rank.
 //! 4. **Identity** tie-break: if several remain and our own `getpid()` is among them, we share the
 //!    PID namespace with NVML ([`How::Identity`]).
 //! 5. **Evidence**, gathered by the watcher every NVML period, resolves what is still ambiguous
@@ -66,7 +66,8 @@ pub struct View<'a> {
     pub my_pid: u32,
     /// (container pid, host pid) of the other live slots that have a host PID.
     pub pairs: &'a [(u32, u32)],
-    /// Container pids of the live slots without a host PID (ours included).
+    /// Container pids of the live slots without a host PID that hold memory on the device (ours
+    /// included).
     pub unresolved: &'a [u32],
 }
 

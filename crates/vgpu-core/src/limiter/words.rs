@@ -19,7 +19,7 @@
 //! | 10 | `share_stamp_ns` | CLOCK_MONOTONIC of `share_ppm` (0 = none yet) |
 //! | 11 | `sensor` | [`SENSOR_NONE`], [`SENSOR_SELF`], [`SENSOR_NVML`] |
 //! | 12 | `correction_ppm` | last outer-loop correction × 1e6 (0 = none yet) |
-//! | 13 | `unresolved_pids` | processes of the container without a host PID yet |
+//! | 13 | `unresolved_pids` | processes of the container without a host PID that hold memory on the device |
 //! | 14 | `first_gate` | CLOCK_MONOTONIC deadline of the process whose launch of unknown cost is in flight (0 = none; [`super::cost::claim_first`]) |
 //! | 15-18 | `low_costs` | the container's lowest measured cost per launch shape, 4 entries (tag 24 bits << 40 \| ns; [`super::lowcost`]) |
 //! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
