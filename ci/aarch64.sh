@@ -200,8 +200,9 @@ cmd_test() {
     # Three depend on speed (docs/aarch64.md says how): a dead process's room back within 1.5 s,
     # a fill finished while another process's probe block is held, a graph launch's measurement
     # getting the reconciliation's book within 200 ms. A fourth, two processes creating their
-    # first contexts at one moment, sometimes takes the other's host PID under emulation. A fifth
-    # refuses sendfile with a seccomp filter, which qemu's user mode does not install.
+    # first contexts at one moment, once took the other's host PID under emulation
+    # (docs/aarch64.md). A fifth refuses sendfile with a seccomp filter, which qemu's user mode
+    # does not install.
     local emu_skips=(--skip dlsym_user_without_cuda_loads_nothing_and_starts_no_thread
         --skip release_artifact_in_non_cuda_processes_maps_nothing
         --skip full_slot_table_overflow_processes_share_the_limit
