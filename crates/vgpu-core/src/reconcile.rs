@@ -37,17 +37,18 @@ pub struct Reading {
     pub allowance: u64,
     /// No allocation or free of ours was in flight around the truth read
     /// ([`crate::ledger::ChangeMark::settled_until`]). An allocation is counted before the
-    /// driver makes it: read inside its call, the ledger is ahead of the driver by its size, and
-    /// the step would give back that much of the charge (the container's usage understated, the
-    /// limit lifted, until the next step).
+    /// driver makes it and a free uncounted after it, so inside either call the ledger is ahead
+    /// of the driver: an unsettled reading can only understate the target. It may charge (never
+    /// too much), never give back (that would understate the container's usage and lift the
+    /// limit until the next step); a process that always has an allocation in flight still gets
+    /// its driver-held memory charged.
     pub settled: bool,
 }
 
 impl Reading {
-    /// Both counted reads agree and nothing of ours was in flight: the two figures describe the
-    /// same moment.
+    /// Both counted reads agree: no allocation or free of ours completed during the truth read.
     pub fn stable(&self) -> bool {
-        self.counted_before == self.counted_after && self.settled
+        self.counted_before == self.counted_after
     }
 }
 
@@ -67,7 +68,8 @@ pub fn target(truth: u64, counted: u64, held: u64, allowance: u64) -> u64 {
     truth.saturating_sub(base).saturating_sub(SLACK)
 }
 
-/// Step from the current charge `held` to the [`target`]. An unstable reading keeps everything.
+/// Step from the current charge `held` to the [`target`]. An unstable reading keeps everything;
+/// an unsettled one only charges ([`Reading::settled`]).
 pub fn step(r: &Reading, held: u64) -> Step {
     if !r.stable() {
         return Step::Keep;
@@ -76,7 +78,8 @@ pub fn step(r: &Reading, held: u64) -> Step {
     match t.cmp(&held) {
         std::cmp::Ordering::Equal => Step::Keep,
         std::cmp::Ordering::Greater => Step::Charge(t - held),
-        std::cmp::Ordering::Less => Step::Release(held - t),
+        std::cmp::Ordering::Less if r.settled => Step::Release(held - t),
+        std::cmp::Ordering::Less => Step::Keep,
     }
 }
 
@@ -219,6 +222,9 @@ mod tests {
         assert_eq!(step(&r, 64 * MIB), Step::Keep);
         // The same figures taken as settled would release the whole charge.
         assert_eq!(step(&Reading { settled: true, ..r }, 64 * MIB), Step::Release(64 * MIB));
+        // Still unsettled, a module loaded meanwhile is charged (understated, never overstated).
+        let r = Reading { truth: 400 * MIB, ..r };
+        assert_eq!(step(&r, 64 * MIB), Step::Charge(400 * MIB - 264 * MIB - SLACK - 64 * MIB));
     }
 
     #[test]
