@@ -354,15 +354,6 @@ impl<'r> Ledger<'r> {
         matches!(self.seat(), Seat::Slot(_))
     }
 
-    /// `true`: look up our slot again (after an explicit attach); `false`: count locally.
-    pub fn set_has_slot(&self, v: bool) {
-        let seat = match (v, self.region) {
-            (true, Some(r)) => slots::find_slot(r, self.pid()).map_or(Seat::Local, Seat::Slot),
-            _ => Seat::Local,
-        };
-        self.seat.store(encode(seat), Ordering::Release);
-    }
-
     /// Gives the slot or overflow record back (process exit). The seat is left before the slot is
     /// freed, so the periodic seat check ([`keep_seat`](Self::keep_seat)) never takes the freed
     /// slot for one a foreign writer took and attaches again at exit.
