@@ -359,7 +359,13 @@ impl<'r> Ledger<'r> {
     /// slot for one a foreign writer took and attaches again at exit.
     pub fn detach(&self) -> bool {
         let Some(r) = self.region else { return false };
-        match decode(self.seat.swap(SEAT_LOCAL, Ordering::AcqRel)) {
+        // Under the writer mutex: a thread of ours that read the seat before is done writing, and
+        // one that reads it after sees Local.
+        let seat = {
+            let _w = r.writer.lock();
+            decode(self.seat.swap(SEAT_LOCAL, Ordering::AcqRel))
+        };
+        match seat {
             Seat::Slot(_) => slots::detach(r, self.pid()),
             Seat::Overflow(i) => {
                 slots::detach_overflow(r, i);
@@ -394,6 +400,8 @@ impl<'r> Ledger<'r> {
             return Reseat::Kept;
         }
         let Ok(g) = r.lock() else { return Reseat::Kept };
+        // The writer mutex too: no thread of ours writes the old slot once the seat moves.
+        let _w = r.writer.lock();
         if self.seat() != Seat::Slot(seen) || ours(seen) {
             return Reseat::Kept;
         }
@@ -448,8 +456,14 @@ impl<'r> Ledger<'r> {
             (Seat::Local, _) | (_, None) => None,
             (_, Some(r)) => Some(r),
         };
-        let _w = region.map(|r| r.writer.lock());
-        let _l = if region.is_none() { Some(self.local.m.lock()) } else { None };
+        let w = region.map(|r| r.writer.lock());
+        let l = if region.is_none() { Some(self.local.m.lock()) } else { None };
+        if region.is_some() && self.seat() != seat {
+            // Detached (exit) or re-seated since the caller read the seat: its slot may belong to
+            // someone else by now. Again with the seat as it is.
+            drop((l, w));
+            return self.try_publish(self.seat(), dev, bytes, kind, limit, grant);
+        }
         if limit == 0 {
             self.write_own(seat, dev, kind, true, bytes);
             return Ok(());
@@ -743,14 +757,17 @@ impl<'r> Ledger<'r> {
         if dev >= MAX_DEVICES {
             return;
         }
+        let w = self.region.map(|r| r.writer.lock());
+        // Read under the writer mutex: `detach` leaves the seat under it, so a slot it freed is
+        // never written again.
         let seat = self.seat();
         match (seat, self.region) {
             (Seat::Local, _) | (_, None) => {
+                drop(w);
                 let _l = self.local.m.lock();
                 self.local.apply(dev, kind, false, bytes);
             }
             (_, Some(r)) => {
-                let _w = r.writer.lock();
                 if let Seat::Slot(k) = seat {
                     self.refill_lease(&r.shared().procs[k], dev, bytes);
                 }
@@ -931,6 +948,24 @@ mod tests {
         assert_eq!(l.reseat_if_lost(k), Reseat::Kept);
         assert_eq!(slots::find_slot(&region, me), None, "a slot was claimed at exit");
         assert_eq!(l.seat(), Seat::Local);
+    }
+
+    #[test]
+    fn a_publication_with_a_seat_read_before_exit_never_writes_the_freed_slot() {
+        let (_p, region) = temp_region("ledger-stale-seat");
+        let me = unsafe { libc::getpid() };
+        let (l, _) = Ledger::attach(&region, me);
+        // A thread read the seat, then the process began to exit and another process took the slot.
+        let seen = l.seat();
+        let Seat::Slot(k) = seen else { panic!("no slot: {seen:?}") };
+        assert!(l.detach());
+        let other = 1;
+        let a = slots::attach_with(&region.lock().unwrap(), other, 0, &|_, _| false).unwrap();
+        assert_eq!(a.index, k, "the freed slot is claimed again");
+        assert!(l.try_publish(seen, 0, 8 << 20, UsageKind::Data, 0, false).is_ok());
+        let theirs = slots::live(region.shared()).find(|s| s.pid == other).unwrap().usage(0);
+        assert_eq!(theirs.total, 0, "our bytes landed in another process's slot");
+        assert_eq!(l.own_usage(0), 8 << 20, "counted locally instead");
     }
 
     #[test]
