@@ -115,6 +115,10 @@ fn decode(v: usize) -> Seat {
     }
 }
 
+/// Bound on the writer mutex at exit (a holder finishes a write in microseconds; one that never
+/// will is this very thread, interrupted by a signal handler that calls `exit`).
+const DETACH_WRITER_WAIT: Duration = Duration::from_millis(20);
+
 /// What the periodic seat check did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reseat {
@@ -360,9 +364,10 @@ impl<'r> Ledger<'r> {
     pub fn detach(&self) -> bool {
         let Some(r) = self.region else { return false };
         // Under the writer mutex: a thread of ours that read the seat before is done writing, and
-        // one that reads it after sees Local.
+        // one that reads it after sees Local. Bounded: `exit` called from a signal handler that
+        // interrupted this very thread inside a write must not hang on it.
         let seat = {
-            let _w = r.writer.lock();
+            let _w = r.writer.try_lock_for(DETACH_WRITER_WAIT);
             decode(self.seat.swap(SEAT_LOCAL, Ordering::AcqRel))
         };
         match seat {
@@ -948,6 +953,20 @@ mod tests {
         assert_eq!(l.reseat_if_lost(k), Reseat::Kept);
         assert_eq!(slots::find_slot(&region, me), None, "a slot was claimed at exit");
         assert_eq!(l.seat(), Seat::Local);
+    }
+
+    #[test]
+    fn exit_with_the_writer_mutex_held_by_this_thread_does_not_hang() {
+        let (_p, region) = temp_region("ledger-detach-held");
+        let me = unsafe { libc::getpid() };
+        let (l, _) = Ledger::attach(&region, me);
+        // As `exit` from a signal handler that interrupted this thread inside a write finds it.
+        let _held = region.writer.lock();
+        let t = Instant::now();
+        assert!(l.detach());
+        assert!(t.elapsed() < Duration::from_secs(1), "detach waited {:?}", t.elapsed());
+        assert_eq!(l.seat(), Seat::Local);
+        assert_eq!(slots::find_slot(&region, me), None);
     }
 
     #[test]
