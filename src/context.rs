@@ -49,9 +49,9 @@ fn ordinal_slot(dev: CUdevice) -> Option<usize> {
 pub unsafe fn primary_retain(real: pfn::cuDevicePrimaryCtxRetain, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     // The NVML process-list diff around the application's own first context gives our host PID
     // (no probe context of our own); the context charge below needs it.
-    let snap = crate::compute::ctx_creating(dev);
+    let snap = crate::hostpid::ctx_creating(dev);
     let r = unsafe { real(pctx, dev) };
-    crate::compute::ctx_created(dev, snap, r);
+    context_came_up(dev, snap, r);
     if r != CUDA_SUCCESS {
         return r;
     }
@@ -106,15 +106,24 @@ pub unsafe fn primary_release(real: pfn::cuDevicePrimaryCtxRelease_v2, dev: CUde
 pub unsafe fn primary_reset(real: pfn::cuDevicePrimaryCtxReset_v2, dev: CUdevice) -> CUresult {
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS {
-        crate::compute::hostpid::probe::primary_reset(dev);
+        crate::hostpid::probe::primary_reset(dev);
         drop_primary(dev, true);
     }
     r
 }
 
+/// After a hooked creation or retain: our host PID from the diff around it, and the device
+/// active for the compute watcher.
+fn context_came_up(dev: CUdevice, snap: Option<crate::hostpid::CtxSnapshot>, r: CUresult) {
+    crate::hostpid::ctx_created(dev, snap, r);
+    if r == CUDA_SUCCESS {
+        crate::compute::context_up(dev);
+    }
+}
+
 /// A created context: charged by handle, uncharged at destroy.
-fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate::compute::CtxSnapshot>) -> CUresult {
-    crate::compute::ctx_created(dev, snap, r);
+fn created(r: CUresult, pctx: *mut CUcontext, dev: CUdevice, snap: Option<crate::hostpid::CtxSnapshot>) -> CUresult {
+    context_came_up(dev, snap, r);
     if r != CUDA_SUCCESS || pctx.is_null() {
         return r;
     }
@@ -157,7 +166,7 @@ unsafe fn book_created<T>(p: *mut *mut T, dev: CUdevice, undo: impl FnOnce(*mut 
 }
 
 pub unsafe fn ctx_create_v2(real: pfn::cuCtxCreate_v2, pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    let snap = crate::compute::ctx_creating(dev);
+    let snap = crate::hostpid::ctx_creating(dev);
     created(unsafe { real(pctx, flags, dev) }, pctx, dev, snap)
 }
 
@@ -169,7 +178,7 @@ pub unsafe fn ctx_create_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    let snap = crate::compute::ctx_creating(dev);
+    let snap = crate::hostpid::ctx_creating(dev);
     created(unsafe { real(pctx, params, num, flags, dev) }, pctx, dev, snap)
 }
 
@@ -180,7 +189,7 @@ pub unsafe fn ctx_create_v4(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    let snap = crate::compute::ctx_creating(dev);
+    let snap = crate::hostpid::ctx_creating(dev);
     created(unsafe { real(pctx, params, flags, dev) }, pctx, dev, snap)
 }
 
@@ -211,9 +220,9 @@ pub unsafe fn green_ctx_create(
     dev: CUdevice,
     flags: c_uint,
 ) -> CUresult {
-    let snap = crate::compute::ctx_creating(dev);
+    let snap = crate::hostpid::ctx_creating(dev);
     let r = unsafe { real(pctx, desc, dev, flags) };
-    crate::compute::ctx_created(dev, snap, r);
+    context_came_up(dev, snap, r);
     if r != CUDA_SUCCESS || pctx.is_null() {
         return r;
     }

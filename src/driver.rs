@@ -176,3 +176,36 @@ pub fn nvml_processes(h: nvmlDevice_t) -> Option<Vec<(u32, u64)>> {
     }
     None
 }
+
+/// Runs `f` with the calling thread in RELAXED capture mode, then restores the mode it had (an
+/// application thread: a driver call of ours while another thread captures in GLOBAL mode would
+/// be refused and invalidate that capture).
+pub fn with_relaxed_capture<R>(f: impl FnOnce() -> R) -> R {
+    let exchange = cuThreadExchangeStreamCaptureMode();
+    let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if let Some(x) = exchange {
+        // SAFETY: `mode` is a valid in/out pointer for the call; the driver swaps this thread's mode.
+        unsafe { x(&mut mode) };
+    }
+    let r = f();
+    if let Some(x) = exchange {
+        // SAFETY: as above; `mode` now holds the mode the thread had, which this puts back.
+        unsafe { x(&mut mode) };
+    }
+    r
+}
+
+/// Runs `f` with `ctx` current on this thread (push/pop), for work on another context's stream.
+pub fn with_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
+    let push = cuCtxPushCurrent_v2()?;
+    let pop = cuCtxPopCurrent_v2()?;
+    // SAFETY: `ctx` is a context handle of the caller's; the driver validates it.
+    if unsafe { push(ctx) } != CUDA_SUCCESS {
+        return None;
+    }
+    let r = f();
+    let mut old: CUcontext = std::ptr::null_mut();
+    // SAFETY: `old` is a valid out-pointer; pops the context pushed above.
+    unsafe { pop(&mut old) };
+    Some(r)
+}

@@ -19,6 +19,7 @@ mod ffi;
 mod guard;
 mod hooks;
 mod hostgpu;
+mod hostpid;
 mod launch;
 mod memory;
 mod nvml;

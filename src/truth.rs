@@ -5,7 +5,7 @@
 //! device while CUDA is active) and from [`before_refusal`] (the allocation path, at most every
 //! 100 ms per device).
 //! While our host PID is unknown the same readings feed the memory correlator
-//! ([`vgpu_core::hostpid`]), every 100 ms, so a context created out of our sight still gets its PID.
+//! ([`vgpu_core::hostpid::correlator`]), every 100 ms, so a context created out of our sight still gets its PID.
 //!
 //! One per-process mutex serialises readings with the up-front measurements of `driver_costs`
 //! (a module load measured while the tick reads would be counted twice) and with a new context's
@@ -14,11 +14,11 @@
 
 pub(crate) mod driver_costs;
 
-use crate::compute::{self, hostpid};
+use crate::{compute, hostpid};
 use crate::{driver, state};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use vgpu_core::hostpid::{MemCorrelator, Sample};
+use vgpu_core::hostpid::correlator::{MemCorrelator, Sample};
 use vgpu_core::ledger::ReserveError;
 use vgpu_core::reconcile::{self, NoTruth, Reading, Step};
 use vgpu_core::region::{MAX_DEVICES, UsageKind};
@@ -45,7 +45,7 @@ pub struct DevTruth {
     corr: MemCorrelator,
     /// Last truth read (diagnostics).
     last_truth: Option<u64>,
-    /// The last-resort host-PID probe (`compute::hostpid::probe`).
+    /// The last-resort host-PID probe (`hostpid::probe`).
     probe: hostpid::probe::Probe,
     /// NVML lists per-process figures the correlator can match (not MIG, NVML usable): only then
     /// can a probe tell anything.
@@ -260,15 +260,14 @@ pub fn reconcile_now(d: usize) {
 
 /// Feed the memory correlator of region device `d` (host PID unknown). Claims the PID when found.
 fn correlate(t: &mut Truth, d: usize) {
-    let Some(c) = compute::try_get() else { return };
     let dt = &mut t.devs[d];
     let Ok(Raw { before, mut procs, after, settled, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let oth = hostpid::others(c, d, None);
-    let s = Sample { own_before: before, own_after: after, settled, procs: &procs, claimed: &oth.claimed };
+    let claimed = hostpid::claimed_by_others();
+    let s = Sample { own_before: before, own_after: after, settled, procs: &procs, claimed: &claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
-    hostpid::found_by_correlation(c, d, hp);
+    hostpid::found_by_correlation(d, hp);
 }
 
 /// Is CUDA active on region device `d` in this process (something counted, or a context seen)?

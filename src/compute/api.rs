@@ -103,37 +103,6 @@ pub fn relax_capture_mode() {
     }
 }
 
-/// Runs `f` with the calling thread in RELAXED capture mode, then restores the mode it had (an
-/// application thread: a driver call of ours while another thread captures in GLOBAL mode would
-/// be refused and invalidate that capture).
-pub fn with_relaxed_capture<R>(f: impl FnOnce() -> R) -> R {
-    let exchange = cuThreadExchangeStreamCaptureMode();
-    let mut mode: CUstreamCaptureMode_enum = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if let Some(x) = exchange {
-        // SAFETY: `mode` is a valid in/out pointer for the call; the driver swaps this thread's mode.
-        unsafe { x(&mut mode) };
-    }
-    let r = f();
-    if let Some(x) = exchange {
-        // SAFETY: as above; `mode` now holds the mode the thread had, which this puts back.
-        unsafe { x(&mut mode) };
-    }
-    r
-}
-
-/// Runs `f` with `ctx` current on this thread (push/pop), for work on another context's stream.
-pub fn with_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
-    let push = cuCtxPushCurrent_v2()?;
-    let pop = cuCtxPopCurrent_v2()?;
-    if unsafe { push(ctx) } != CUDA_SUCCESS {
-        return None;
-    }
-    let r = f();
-    let mut old: CUcontext = std::ptr::null_mut();
-    unsafe { pop(&mut old) };
-    Some(r)
-}
-
 /// Context of a stream (non-null handles only).
 pub fn stream_ctx(stream: CUstream, ptsz: bool) -> Option<CUcontext> {
     let f = if ptsz { cuStreamGetCtx_ptsz().or_else(cuStreamGetCtx) } else { cuStreamGetCtx() }?;

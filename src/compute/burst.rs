@@ -44,7 +44,7 @@ pub fn tick(c: &Compute, d: usize) {
         return;
     }
     let per_process = dev.ctl.lock().nvml_supported != Some(false);
-    let hostpids = super::hostpid::container_hostpids(c);
+    let hostpids = crate::hostpid::container_hostpids();
     let obs = {
         let mut guard = dev.burst.lock();
         let loc = &mut *guard;

@@ -8,20 +8,16 @@
 //! * [`gate`]: admission of one launch (feedback words, monitor block, capture check, bucket).
 //! * [`samples`]: timing-event pools per context and samples in flight.
 //! * [`watcher`]: polls samples, control words, NVML; re-arms [`GATE`].
-//! * [`hostpid`]: our host PID (context-creation diff, the container's claims, the probe); the
-//!   memory correlator's readings come from `truth`.
 
 pub mod api;
 mod burst;
 mod firstgate;
 mod gate;
-pub(crate) mod hostpid;
 mod samples;
 pub(crate) mod watcher;
 
 pub use crate::clock::{mono_ns, wall_ns};
 pub use gate::{after, after_multi, before, before_multi};
-pub use hostpid::{CtxSnapshot, ctx_created, ctx_creating};
 
 use crate::ffi::*;
 use crate::state;
@@ -30,7 +26,6 @@ use vgpu_core::config::CorePolicy;
 use vgpu_core::limiter::correction::Correction;
 use vgpu_core::limiter::cost::CostModel;
 use vgpu_core::limiter::feedback::KernelTimeRecorder;
-use vgpu_core::limiter::pidmap::PidResolver;
 use vgpu_core::limiter::words::{self, Words};
 use vgpu_core::region::{DeviceLimiterState, MAX_DEVICES};
 use vgpu_core::regionfile::Region;
@@ -97,13 +92,12 @@ pub struct Dev {
 pub struct Ctl {
     pub model: CostModel,
     pub corr: Correction,
-    pub pids: PidResolver,
-    /// Our host PID on this device's NVML, once resolved.
+    /// Our host PID on this device's NVML as the correction last used it (`crate::hostpid` owns
+    /// the resolution; a change restarts the correction).
     pub hostpid: Option<u32>,
     /// NVML per-process utilisation: `lastSeen` to pass (wall µs) and the CLOCK_MONOTONIC it maps to.
     pub nvml_last_us: u64,
     pub nvml_supported: Option<bool>,
-    pub first_ctx_seen: bool,
     /// Last `sm_util` written to our slot.
     pub sm_util: Option<u64>,
 }
@@ -165,11 +159,9 @@ fn init_slow() -> &'static Compute {
                 ctl: Mutex::new(Ctl {
                     model: CostModel::new(),
                     corr: Correction::new(),
-                    pids: PidResolver::new(),
                     hostpid: None,
                     nvml_last_us: 0,
                     nvml_supported: None,
-                    first_ctx_seen: false,
                     sm_util: None,
                 }),
                 burst: Mutex::new(burst::Local::default()),
@@ -291,6 +283,16 @@ pub fn now_unix_s() -> u64 {
 }
 
 // ---- hooks called by the rest of the shim (context.rs, lib.rs) ----------------------------
+
+/// A context came up on CUDA ordinal `ordinal` (a hooked creation or retain succeeded): the
+/// device is active for the watcher, which is woken to resolve our host PID there.
+pub fn context_up(ordinal: CUdevice) {
+    crate::guard::ffi("compute::context_up", (), || {
+        let c = get();
+        c.devs[c.region_index(ordinal)].active.store(true, Ordering::Relaxed);
+        kick();
+    })
+}
 
 /// A context was destroyed: forget its timing events (they died with it).
 pub fn ctx_destroyed(ctx: CUcontext) {

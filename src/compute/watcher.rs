@@ -5,8 +5,8 @@
 //! the container's measured share. It runs in RELAXED capture mode and never holds a lock across a
 //! driver call that the launch path needs.
 
-use super::hostpid::{claim, container_hostpids, others};
 use super::{Compute, KICK, api, mono_ns, samples, wall_ns};
+use crate::hostpid;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 use vgpu_core::limiter::PPM;
@@ -132,7 +132,7 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     let present: Option<Vec<u32>> = api::nvml_processes(h).map(|v| v.into_iter().map(|(p, _)| p).collect());
     let mut ctl = c.devs[d].ctl.lock();
     if let Some(present) = &present {
-        resolve_hostpid(c, d, &mut ctl, present);
+        resolve_hostpid(d, &mut ctl, present);
     }
     publish_unresolved(c, d);
     let Some(span) = next_span(c, d, h, &mut ctl) else {
@@ -143,14 +143,14 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     };
     let (start, end) = (wall_us_to_mono(span.from_us), wall_us_to_mono(span.end_us));
     if let Some(present) = &present {
-        pid_evidence(c, d, &mut ctl, present, &span, start, end);
+        pid_evidence(d, &mut ctl, present, &span, start, end);
     }
     if let Some(hp) = ctl.hostpid {
         correct(c, d, &mut ctl, &span, hp, start, end, now);
     }
     drop(ctl);
     let w = c.words(d);
-    let ours = container_hostpids(c);
+    let ours = hostpid::container_hostpids();
     w.share_ppm().store(nvmlspan::container_share_ppm(&span.busy, &ours, span.len_us()), Ordering::Relaxed);
     w.share_stamp_ns().store(now, Ordering::Relaxed);
     w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
@@ -188,15 +188,10 @@ fn self_measured(c: &Compute, d: usize, ctl: &mut super::Ctl, self_share: Option
     write_sm_util(c, d, mine, &mut ctl.sm_util);
 }
 
-/// Host PID: one resolver step on NVML's process list; a new answer is claimed in our slot.
-fn resolve_hostpid(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32]) {
-    let oth = others(c, d, ctl.hostpid);
-    let got = ctl.pids.step(&oth.view(present, c.pid as u32)).map(|(h, _)| h);
+/// Host PID: one resolver step on NVML's process list; a new answer restarts the correction.
+fn resolve_hostpid(d: usize, ctl: &mut super::Ctl, present: &[u32]) {
+    let got = hostpid::resolve(d, present);
     if got != ctl.hostpid {
-        if let Some(hp) = got {
-            claim(c, d, hp);
-            crate::debug!("compute: device {d}: resolved {:?}", ctl.pids.resolved());
-        }
         ctl.corr.reset();
         ctl.hostpid = got;
     }
@@ -247,12 +242,11 @@ fn next_span(c: &Compute, d: usize, h: crate::ffi::nvmlDevice_t, ctl: &mut super
 }
 
 /// Evidence for the host-PID resolver: which listed PIDs were busy while we were (or were not).
-fn pid_evidence(c: &Compute, d: usize, ctl: &mut super::Ctl, present: &[u32], span: &Span, start: u64, end: u64) {
+fn pid_evidence(d: usize, ctl: &mut super::Ctl, present: &[u32], span: &Span, start: u64, end: u64) {
     let util: Vec<(u32, u32)> = span.busy.iter().map(|&(p, b)| (p, nvmlspan::percent(b, span.len_us()))).collect();
-    let oth = others(c, d, ctl.hostpid);
     let mine = ctl.corr.self_busy(start, end);
     let busy = (end > start).then(|| mine as f64 / (end - start) as f64);
-    ctl.pids.observe(&oth.view(present, c.pid as u32), busy, mine > 0, &util);
+    hostpid::evidence(d, present, busy, mine > 0, &util);
 }
 
 /// The outer loop on our host PID's busy time, and our `sm_util`.

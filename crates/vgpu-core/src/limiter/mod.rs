@@ -15,7 +15,6 @@
 //!   `GPU_CORE_UTILIZATION_POLICY` rules.
 //! * [`nvmlspan`]: one NVML per-process answer weighed once into a [`nvmlspan::Span`] (busy time
 //!   per PID), read by the correction and by the burst step; shares derived from it.
-//! * [`pidmap`]: host-PID resolution without extra contexts or serialisation.
 //! * [`words`]: named access to the per-device words of the region extension.
 
 //!
@@ -54,7 +53,6 @@
 //! | correction update (`correction::UPDATE_EVERY_NS`, `ALPHA`, `SKIP_START_NS`) | halfway every 0.5 s; first 1 s skipped | no wind-up; start-up lag ignored | `correction::returns_to_one_when_consistent_again` |
 //! | correction band (`correction::TOL_MARGIN`, `MIN_COVER`, `MIN_BUSY_FRAC`) | NVML rounding + a launch per end + 0.5 %; ≥ half the window covered; ≥ 2 % busy | events are trusted inside NVML's resolution | `correction::consistent_sensor_leaves_k_alone`, `correction::idle_process_does_not_update` |
 //! | correction bounds (`correction::R_MIN`/`R_MAX`, `K_MIN`/`K_MAX`) | r ∈ [0.33, 3], k ∈ [0.5, 2] | a sensor that does not describe us is ignored | `correction::under_charging_is_corrected_upwards_and_bounded` |
-//! | host-PID evidence (`pidmap::EXCLUDE_AFTER`, `BUSY_FRAC`, `FOREIGN_UTIL`) | 2 spans; ≥ 30 % busy; > 5 % foreign | a candidate busy while we idle is not us | `pidmap::foreign_busy_while_we_idle_is_excluded`, `pidmap::wrong_identity_is_revoked_by_evidence` |
 //! | monitor block (`feedback::BLOCK_POLL_NS`) | polled every 20 ms | release seen within 20 ms | `compute::monitor_block_and_release_limited_container` |
 //! | `last_kernel_time` (`RECORD_KERNEL_INTERVAL`) | ≤ once per interval (default 1 s) | no dirty line per launch | `feedback::last_kernel_time_only_increases_and_is_rate_limited` |
 //! | timing events (`samples::POOL_MAX`, `PENDING_MAX`) | ≤ 64 free per context, ≤ 256 in flight | bounded driver objects | `compute::every_launch_path_is_limited` |
@@ -71,7 +69,6 @@ pub mod correction;
 pub mod cost;
 pub mod feedback;
 pub mod nvmlspan;
-pub mod pidmap;
 pub mod words;
 
 #[cfg(test)]

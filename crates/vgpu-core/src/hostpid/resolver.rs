@@ -42,7 +42,7 @@ pub enum How {
     Order,
     Identity,
     Evidence,
-    /// Matched by memory correlation ([`crate::hostpid`]): the context was created out of sight.
+    /// Matched by memory correlation ([`super::correlator`]): the context was created out of sight.
     Memory,
 }
 

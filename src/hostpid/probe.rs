@@ -148,7 +148,7 @@ fn draw(now: u64) -> usize {
 /// Runs `f` with `ctx` current and this thread's stream-capture mode relaxed (the watcher's is
 /// already; a release before a refusal runs on an application thread).
 fn in_ctx<R>(ctx: CUcontext, f: impl FnOnce() -> R) -> Option<R> {
-    crate::compute::api::with_relaxed_capture(|| crate::compute::api::with_ctx(ctx, f))
+    driver::with_relaxed_capture(|| driver::with_ctx(ctx, f))
 }
 
 /// The container's usage of region device `d` leaves at least `bytes` under its limit.
