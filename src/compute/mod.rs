@@ -7,7 +7,8 @@
 //!   creation (never in a constructor); it starts the [`watcher`] thread.
 //! * [`gate`]: admission of one launch (feedback words, monitor block, capture check, bucket).
 //! * [`samples`]: timing-event pools per context and samples in flight.
-//! * [`watcher`]: polls samples, control words, NVML; re-arms [`GATE`].
+//! * [`watcher`]: polls samples, control words, NVML (asking `crate::hostpid` for our host PID
+//!   each round); re-arms [`GATE`].
 
 pub mod api;
 mod burst;
