@@ -111,15 +111,13 @@ fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: 
         api::Util::NotSupported | api::Util::Error(_) => return None,
     };
     w.burst_seen_us().store(span.end_us, Ordering::Release);
-    // The own busy time measures the container's charges only when every process has a host PID.
+    // The own busy time covers the container's work only when every process has a host PID.
     let attributed = w.unresolved_pids().load(Ordering::Relaxed) == 0 && !ours.is_empty();
-    let charged_now = attributed.then(|| w.charged_ns().load(Ordering::Relaxed));
     Some(Some(Observation {
         span_ns: (span.end_us - prev_us) * 1000,
         device_busy_ns: span.device_busy() * 1000,
         own_busy_ns: span.busy_of(ours) * 1000,
         others_present: span.others_busy(ours),
-        charged_now,
         attributed,
     }))
 }
@@ -141,7 +139,6 @@ fn from_device(h: crate::ffi::nvmlDevice_t, loc: &mut Local, charged: u64) -> Op
         device_busy_ns: span_ns * u.gpu.min(100) as u64 / 100,
         own_busy_ns: charged.saturating_sub(ch),
         others_present: false,
-        charged_now: None,
         attributed: true,
     }))
 }

@@ -17,10 +17,8 @@
 //!   its excess, so the excess ratios are preserved;
 //! * otherwise (saturated by ourselves alone): hold.
 //!
-//! `x` is device time: the published rate is `(L + x)` divided by the container's learnt
-//! *efficiency* (device time per charged ns, from its NVML busy time and its charges, over ~2 s;
-//! see [`learn_eff`]), so a container whose cost samples queue behind a co-burster's kernels and
-//! over-charge it still runs its share.
+//! The rate is in charged ns, which the per-process correction (`super::correction`) keeps equal
+//! to device time: the step has no estimator of its own.
 //!
 //! Two bounds on top: `r ≤ 1 − hold + PEAK_SLACK`, where the hold is armed at the whole device
 //! when a newcomer appears and decays at `PEAK_DECAY_PER_S` (the newcomer gets the device at once
@@ -68,18 +66,6 @@ pub const OTHERS_DECAY: f64 = 0.05;
 pub const PEAK_DECAY_PER_S: f64 = 0.5;
 /// The rate stays below `1 − peak + PEAK_SLACK` (never below the limit).
 pub const PEAK_SLACK: f64 = 0.1;
-/// The unit of [`State::eff`] (12 bits: an efficiency below 2).
-pub const EFF_ONE: u64 = 2048;
-/// Gain of the efficiency's update per step (time constant ~2 s at a 50 % share).
-pub const EFF_GAIN: f64 = 0.02;
-/// The efficiency is kept within these bounds ...
-pub const EFF_LOW: f64 = 0.5;
-pub const EFF_HIGH: f64 = 1.5;
-/// ... and compensated only below `1 − EFF_DEAD` (its noise), by at most `1 / EFF_MIN`: a sensor
-/// that under-states the container's work can lift its rate by a quarter at most.
-pub const EFF_DEAD: f64 = 0.02;
-pub const EFF_MIN: f64 = 0.8;
-
 /// Guarantee and ceiling of one device, ppm of wall time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -118,10 +104,6 @@ pub struct Observation {
     /// ours). A newcomer whose first timing samples are inflated by our queued work may run very
     /// little: its presence alone is a reason to back off when the device is saturated.
     pub others_present: bool,
-    /// The container's cumulative `charged_ns` at the end of the span, when `own_busy_ns` is an
-    /// independent measurement of the same work (per-process NVML with every host PID known):
-    /// the step then learns how much device time one charged ns buys ([`State::eff`]).
-    pub charged_now: Option<u64>,
     /// `own_busy_ns` covers every process of the container (each has a host PID, or own is the
     /// container's charges). Before that the container's own work counts as others' work.
     pub attributed: bool,
@@ -153,11 +135,6 @@ pub struct State {
     pub peak_ppm: u64,
     /// Device busy fraction, smoothed.
     pub busy_ppm: u64,
-    /// Device time per charged ns, × [`EFF_ONE`] (0 = not measured yet = 1): what the container's
-    /// charges over-state (queue-inflated cost samples), learnt over seconds.
-    pub eff: u64,
-    /// The container's `charged_ns` at the last step, mod 2³² (valid while `eff` ≠ 0).
-    pub charged_snap: u64,
     /// The last span was not attributed ([`Observation::attributed`]): `others_ppm` includes our
     /// own work and is replaced, not smoothed, by the first attributed span's.
     pub unattributed: bool,
@@ -167,10 +144,8 @@ const FIELD: u32 = 21;
 const MASK: u64 = (1 << FIELD) - 1;
 /// The signals word's top bit: [`State::unattributed`].
 const UNATTRIBUTED: u64 = 1 << 63;
-/// The rate word: rate ppm (bits 0-19) | eff (bits 20-31) | charged snapshot mod 2³² (32-63).
+/// The rate word: rate ppm in bits 0-19 (the rest zero).
 const RATE_MASK: u64 = (1 << 20) - 1;
-const EFF_SHIFT: u32 = 20;
-const SNAP_SHIFT: u32 = 32;
 
 impl State {
     pub fn load(w: Words<'_>) -> State {
@@ -181,8 +156,6 @@ impl State {
             others_ppm: s & MASK,
             peak_ppm: (s >> FIELD) & MASK,
             busy_ppm: (s >> (2 * FIELD)) & MASK,
-            eff: (r >> EFF_SHIFT) & 0xfff,
-            charged_snap: r >> SNAP_SHIFT,
             unattributed: s & UNATTRIBUTED != 0,
         }
     }
@@ -198,36 +171,8 @@ impl State {
     }
 
     fn rate_word(&self) -> u64 {
-        self.rate_ppm.min(PPM) | self.eff.min(0xfff) << EFF_SHIFT | (self.charged_snap & 0xffff_ffff) << SNAP_SHIFT
+        self.rate_ppm.min(PPM)
     }
-
-    /// Device time per charged ns (1 until measured).
-    pub fn efficiency(&self) -> f64 {
-        if self.eff == 0 { 1.0 } else { self.eff as f64 / EFF_ONE as f64 }
-    }
-
-    /// The factor the rate is scaled by so that the container's *device time* follows the
-    /// controller (1 unless its charges over-state its work by more than [`EFF_DEAD`]).
-    fn compensation(&self) -> f64 {
-        1.0 / (self.efficiency() + EFF_DEAD).clamp(EFF_MIN, 1.0)
-    }
-}
-
-/// The learnt efficiency of the container's charges: device time per charged ns, updated per step
-/// by `EFF_GAIN · (busy − eff · charged) / STEP_NS` (a least-mean-squares step whose fixed point
-/// is Σ busy / Σ charged over the last seconds, unbiased however lumpy single spans are: 20 ms
-/// kernels make one span's ratio anything from 0 to several).
-fn learn_eff(st: &State, obs: &Observation) -> (u64, u64) {
-    let Some(now) = obs.charged_now else { return (st.eff, st.charged_snap) };
-    let snap = now & 0xffff_ffff;
-    if st.eff == 0 {
-        return (EFF_ONE, snap);
-    }
-    let charged = (snap.wrapping_sub(st.charged_snap) & 0xffff_ffff) as u32 as i32 as f64;
-    let e = st.efficiency();
-    let e = e + EFF_GAIN * (obs.own_busy_ns.min(obs.span_ns) as f64 - e * charged) / STEP_NS as f64;
-    let e = e.clamp(EFF_LOW, EFF_HIGH);
-    (((e * EFF_ONE as f64).round() as u64).clamp(1, 0xfff), snap)
 }
 
 /// One controller step: the new state from the current one and a span's observation.
@@ -237,8 +182,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     }
     let r = lim.clamp(st.rate_ppm);
     if obs.span_ns == 0 || obs.span_ns > MAX_SPAN_NS {
-        let charged_snap = obs.charged_now.map_or(st.charged_snap, |c| c & 0xffff_ffff);
-        return State { rate_ppm: r, charged_snap, ..st };
+        return State { rate_ppm: r, ..st };
     }
     // A longer span (leadership moved, the watcher was late) counts as that many steps.
     let steps = (obs.span_ns as f64 / STEP_NS as f64).clamp(0.25, 4.0);
@@ -251,9 +195,7 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     // "others" 1.5 s later, decaying slowly, and took a newcomer then for an old tenant).
     let a = if obs.attributed && st.unattributed { 1.0 } else { a };
     let others = st.others_ppm as f64 + a * (obs.others_ppm() as f64 - st.others_ppm as f64);
-    // The excess in device time: the published rate is in charged ns, scaled by the compensation.
-    let x = (r as f64 / st.compensation() - lim.limit_ppm as f64).max(0.0);
-    let (eff, charged_snap) = learn_eff(&st, &obs);
+    let x = (r - lim.limit_ppm) as f64;
     // Device busy, smoothed: with long kernels a single span is all busy or not at all.
     let ab = if st.fresh() { 1.0 } else { (BUSY_SMOOTH * steps).min(1.0) };
     let busy_s = st.busy_ppm as f64 + ab * (obs.busy_ppm() as f64 - st.busy_ppm as f64);
@@ -287,14 +229,12 @@ pub fn step(st: State, lim: Limits, obs: Observation) -> State {
     };
     let room = PPM as f64 + PEAK_SLACK * PPM as f64 - peak - lim.limit_ppm as f64;
     nx = nx.min(room.max(0.0));
-    let next = State { eff, charged_snap, ..st };
     State {
-        rate_ppm: lim.clamp(((lim.limit_ppm as f64 + nx.max(0.0)) * next.compensation()).round() as u64),
+        rate_ppm: lim.clamp((lim.limit_ppm as f64 + nx.max(0.0)).round() as u64),
         others_ppm: others.round() as u64,
         peak_ppm: peak.round() as u64,
         busy_ppm: busy,
         unattributed: !obs.attributed,
-        ..next
     }
 }
 
@@ -373,7 +313,6 @@ mod tests {
             device_busy_ns: (span as f64 * busy_pct / 100.0) as u64,
             own_busy_ns: (span as f64 * own_pct / 100.0) as u64,
             others_present: false,
-            charged_now: None,
             attributed: true,
         }
     }
@@ -564,100 +503,16 @@ mod tests {
         assert!((a - 25.0).abs() < 3.0 && (d - 75.0).abs() < 3.0, "{a} {d}");
     }
 
-    /// A step's observation with the container's cumulative charges `charged` (ns).
-    fn obs_charged(busy_pct: f64, own_pct: f64, charged: u64) -> Observation {
-        Observation { charged_now: Some(charged), ..obs(busy_pct, own_pct) }
-    }
-
     #[test]
-    fn efficiency_is_learnt_from_lumpy_spans_and_compensates_over_charging() {
-        let l = Limits::new(30, 100).unwrap();
-        // Charges 1.25 × the device time, and the device time lumpy (a 20 ms kernel in every
-        // other span): the efficiency converges to 0.8 all the same.
-        let (mut s, mut charged) = (State { others_ppm: 500_000, busy_ppm: PPM, ..rate(PPM) }, 0u64);
-        for i in 0..600 {
-            let own = if i % 2 == 0 { 60.0 } else { 0.0 };
-            charged += (STEP_NS as f64 * 0.3 * 1.25) as u64;
-            s = step(s, l, obs_charged(100.0, own, charged));
-        }
-        assert!((s.efficiency() - 0.8).abs() < 0.03, "{s:?}");
-        // Saturated beside another tenant: backed off to the guarantee *in device time*.
-        let expect = 300_000.0 / (s.efficiency() + EFF_DEAD);
-        assert!((s.rate_ppm as f64 - expect).abs() < 3_000.0, "{s:?} {expect}");
-        // Accurate charges, same lumpiness: no compensation.
-        let (mut s, mut charged) = (State { others_ppm: 500_000, busy_ppm: PPM, ..rate(PPM) }, 0u64);
-        for i in 0..600 {
-            let own = if i % 2 == 0 { 60.0 } else { 0.0 };
-            charged += (STEP_NS as f64 * 0.3) as u64;
-            s = step(s, l, obs_charged(100.0, own, charged));
-        }
-        assert!((s.efficiency() - 1.0).abs() < 0.03, "{s:?}");
-        assert!(s.rate_ppm - l.limit_ppm < 10, "{s:?}");
-        // A sensor that shows no work of ours at all lifts the rate by a quarter at most.
-        let (mut s, mut charged) = (rate(l.limit_ppm), 0u64);
-        for _ in 0..600 {
-            charged += (STEP_NS as f64 * 0.3) as u64;
-            s = step(s, l, Observation { others_present: true, ..obs_charged(100.0, 0.0, charged) });
-        }
-        assert!(s.rate_ppm <= (300_000.0 / EFF_MIN) as u64 + 1, "{s:?}");
-        // Without the charges (no independent sensor) nothing is learnt.
-        let s = step(rate(PPM), l, obs(50.0, 50.0));
-        assert_eq!((s.eff, s.efficiency()), (0, 1.0));
-    }
-
-    #[test]
-    fn rate_word_carries_the_efficiency_and_effective_rate_masks_it() {
+    fn rate_word_carries_the_rate_and_effective_rate_masks_it() {
         let st = new_state();
         let w = Words(&st);
-        let s = State { rate_ppm: 612_345, eff: 1700, charged_snap: 0xdead_beef, ..State::default() };
-        publish(w, s);
-        let back = State::load(w);
-        assert_eq!((back.rate_ppm, back.eff, back.charged_snap), (612_345, 1700, 0xdead_beef));
+        publish(w, State { rate_ppm: 612_345, ..State::default() });
+        assert_eq!(State::load(w).rate_ppm, 612_345);
         assert_eq!(effective_rate(w, Limits::new(30, 100).unwrap()), 612_345);
-        // The charges' snapshot wraps at 2³²: the next delta is still right.
-        let l = Limits::new(30, 100).unwrap();
-        let n = step(back, l, obs_charged(100.0, 50.0, (1 << 32) + 0x1000));
-        assert_eq!(n.charged_snap, 0x1000);
-        assert!(n.eff > 0 && n.eff < 1700 + 50, "{n:?}");
-    }
-
-    /// [`pair`] with container 1's charges over-stating its device time by `over` (queue-inflated
-    /// cost samples): device time = rate / over.
-    fn pair_over(l1: u64, l2: u64, over: f64, steps: usize, learn: bool) -> (f64, f64) {
-        let (a, b) = (Limits::new(l1, 100).unwrap(), Limits::new(l2, 100).unwrap());
-        let (mut ra, mut rb) = (rate(PPM), rate(a.limit_ppm));
-        let (mut sa, mut sb, mut ca, mut cb) = (0.0, 0.0, 0u64, 0u64);
-        for i in 0..steps {
-            let (da, db) = (ra.rate_ppm as f64, rb.rate_ppm as f64 / over);
-            let k = if da + db > PPM as f64 { PPM as f64 / (da + db) } else { 1.0 };
-            let (ua, ub) = (da * k / 1e4, db * k / 1e4);
-            if i >= steps / 2 {
-                sa += ua;
-                sb += ub;
-            }
-            ca += (ua * 1e4 * STEP_NS as f64 / PPM as f64) as u64;
-            cb += (ub * over * 1e4 * STEP_NS as f64 / PPM as f64) as u64;
-            let o = |busy, own, c| if learn { obs_charged(busy, own, c) } else { obs(busy, own) };
-            ra = step(ra, a, o(ua + ub, ua, ca));
-            rb = step(rb, b, o(ua + ub, ub, cb));
-        }
-        let n = (steps - steps / 2) as f64;
-        (sa / n, sb / n)
-    }
-
-    #[test]
-    fn an_over_charged_co_burster_still_gets_its_proportional_share() {
-        // 20 % over-charged (the vsim case: 20 ms kernels × 4 processes, 2986 ms charged for
-        // 2461 ms run): without the compensation the split was 55/45.
-        // What is left is the dead band against the estimate's noise (2 % of the share).
-        let (a, c) = pair_over(30, 30, 1.2, 1500, true);
-        let (a0, c0) = pair_over(30, 30, 1.2, 1500, false);
-        assert!((a - 50.0).abs() < 3.5 && (c - 50.0).abs() < 3.5 && a + c > 95.0, "{a} {c}");
-        assert!((a - c).abs() < (a0 - c0).abs() / 2.0, "{a} {c} (uncompensated {a0} {c0})");
-        let (a, d) = pair_over(60, 20, 1.2, 1500, true);
-        let (a0, d0) = pair_over(60, 20, 1.2, 1500, false);
-        assert!((a - 75.0).abs() < 3.5 && (d - 25.0).abs() < 3.5, "{a} {d}");
-        assert!((d - 25.0).abs() < (d0 - 25.0).abs() * 0.6, "{a} {d} (uncompensated {a0} {d0})");
+        // Bits above the rate (a word written by another build) are ignored.
+        w.burst_rate_ppm().store(0xdead_beef << 20 | 400_000, Relaxed);
+        assert_eq!(effective_rate(w, Limits::new(30, 100).unwrap()), 400_000);
     }
 
     #[test]
@@ -672,7 +527,6 @@ mod tests {
                 device_busy_ns: 3 * STEP_NS,
                 own_busy_ns: 27 * STEP_NS / 10,
                 others_present: false,
-                charged_now: None,
                 attributed: true,
             },
         );

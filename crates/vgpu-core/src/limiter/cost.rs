@@ -539,7 +539,7 @@ impl CostModel {
         let owed = target - charged;
         // At most a couple of launches per sample: the rest stays owed in the account for the next
         // samples, so a re-pricing of many launches (an estimate that changes after a long open
-        // account) reaches the bucket, the correction's window and the burst efficiency gradually.
+        // account) reaches the bucket and the correction's window gradually.
         let bound = est.saturating_mul(REPRICE_LAUNCHES).clamp(REPRICE_MIN_NS, ACCT_MAX) as i64;
         let delta = owed.clamp(-bound, bound);
         e.acct_charged = (charged + delta) as u64;

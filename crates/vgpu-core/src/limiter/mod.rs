@@ -63,7 +63,6 @@
 //! | **B** AIMD (`burst::GROWTH`, `BACKOFF`, `SATURATED_PPM`) | +1.0 × idle × L; × 0.8 per saturated step; saturated ≥ 97 % | fair split by guarantee | `burst::two_bursting_share_in_proportion_to_guarantees`, `burst::backoff_per_steps`, `vsim::two_bursting_share_the_remainder_by_guarantee` |
 //! | **B** signals (`burst::BUSY_SMOOTH`, `OTHERS_SMOOTH`, `OTHERS_DECAY`, `OTHERS_ACTIVE_PPM`) | ½ per step; others' share +0.3 / −0.05 per step; active ≥ 3 % | a sparse tenant stays present ~0.75 s | `burst::a_sparse_co_tenant_is_not_a_newcomer` |
 //! | **B** newcomer hold (`burst::NEWCOMER_PPM`, `PEAK_DECAY_PER_S`, `PEAK_SLACK`) | ≥ 10 % without per-process NVML; decays 50 %/s; +10 % | yield at once, room back over ~2 s | `burst::yields_within_100ms_when_another_tenant_appears`, `vsim::burst_yields_to_a_newcomer` |
-//! | **B** efficiency ε (`burst::EFF_GAIN`, `EFF_LOW`/`EFF_HIGH`, `EFF_DEAD`, `EFF_MIN`) | 0.02 per step (~2 s); 0.5–1.5; 2 % dead band; compensation ≤ 1/0.8 | device time, not charges | `burst::efficiency_is_learnt_from_lumpy_spans_and_compensates_over_charging`, `burst::an_over_charged_co_burster_still_gets_its_proportional_share` |
 
 pub mod bucket;
 pub mod burst;

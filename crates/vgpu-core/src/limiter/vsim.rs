@@ -146,10 +146,9 @@ pub fn run(sc: &Scenario) -> Outcome {
     // whole 20 ms cell of a common grid (identical observations for all; the real sensors cannot
     // do that, see docs/design.md "Burst", what the rule leaves).
     // VSIM_UNRESOLVED=<container>: its host PIDs never resolve (two containers that start together
-    // on the real simulator), so every busy PID looks foreign to it. VSIM_NO_EFF: no efficiency.
+    // on the real simulator), so every busy PID looks foreign to it.
     let align = std::env::var("VSIM_ALIGN").is_ok();
     let unresolved_ci = std::env::var("VSIM_UNRESOLVED").ok().and_then(|v| v.parse::<usize>().ok());
-    let learn_eff = std::env::var("VSIM_NO_EFF").is_err();
     for (ci, l) in lims.iter().enumerate() {
         if l.is_some_and(|l| l.bursting()) {
             q.push(Reverse((t0 + burst::STEP_NS + rng.range(0, 5 * MS), seq, TICK + ci)));
@@ -186,16 +185,13 @@ pub fn run(sc: &Scenario) -> Outcome {
                         present |= b > 0;
                     }
                 }
-                let charged_now = learn_eff.then_some(charged);
                 let unresolved = unresolved_ci == Some(ci);
-                let (own, present, charged_now) =
-                    if unresolved { (0, dev > 0, None) } else { (own, present, charged_now) };
+                let (own, present) = if unresolved { (0, dev > 0) } else { (own, present) };
                 Observation {
                     span_ns: span,
                     device_busy_ns: dev,
                     own_busy_ns: own,
                     others_present: present,
-                    charged_now,
                     attributed: !unresolved,
                 }
             } else {
@@ -206,7 +202,6 @@ pub fn run(sc: &Scenario) -> Outcome {
                     device_busy_ns: pct(dev) * span / 100,
                     own_busy_ns: charged.saturating_sub(last_charged),
                     others_present: false,
-                    charged_now: None,
                     attributed: true,
                 }
             };

@@ -25,7 +25,7 @@
 //! | 19 | `burst_seen_us` | burst controller: NVML per-process samples used up to (wall µs) |
 //! | 20 | `burst_signals` | burst controller: smoothed others' share, newcomer hold, device busy (3 × 21 bits), bit 63: the last span did not tell our work from others' |
 //! | 21 | `burst_stamp_us` | burst controller: wall µs of its last step (CAS = leadership) |
-//! | 22 | `burst_rate_ppm` | burst controller: effective rate in [limit, ceiling] (bits 0-19, 0 = the limit), the charges' efficiency × 2048 (20-31), `charged_ns` at the last step mod 2³² (32-63) |
+//! | 22 | `burst_rate_ppm` | burst controller: effective rate in [limit, ceiling] (bits 0-19, 0 = the limit; the rest zero) |
 //! | 23 | `sm_ceiling` | burst ceiling, percent (0 = unset = the limit); operators may write it |
 
 use crate::region::DeviceLimiterState;
