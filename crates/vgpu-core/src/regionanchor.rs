@@ -56,6 +56,14 @@ pub(crate) fn same_inode(a: &libc::stat, b: &libc::stat) -> bool {
     a.st_dev == b.st_dev && a.st_ino == b.st_ino
 }
 
+/// `now` is the file `checked` was taken of, with nothing written since: the same inode and the
+/// same modification time. The inode alone does not tell: a checked file that another process
+/// discards and unlinks frees its inode number, and a fresh region (and its anchor) created right
+/// after may get the same number.
+fn unchanged_since(now: &libc::stat, checked: &libc::stat) -> bool {
+    same_inode(now, checked) && now.st_mtime == checked.st_mtime && now.st_mtime_nsec == checked.st_mtime_nsec
+}
+
 /// Links the open file `fd` at `to` (through `/proc/self/fd`, so it works whatever names the
 /// inode still has, as long as it has one).
 pub(crate) fn link_fd(fd: i32, to: &Path) -> io::Result<()> {
@@ -271,7 +279,7 @@ fn discard_anchor(anchor: &Path, checked: &libc::stat) -> bool {
     if unsafe { libc::rename(a.as_ptr(), t.as_ptr()) } != 0 {
         return false; // gone already (another process discarded it) or the directory is read-only
     }
-    let ours = stat(&aside).is_ok_and(|now| same_inode(&now, checked));
+    let ours = stat(&aside).is_ok_and(|now| unchanged_since(&now, checked));
     if !ours {
         unsafe { libc::link(t.as_ptr(), a.as_ptr()) };
     }
@@ -336,5 +344,29 @@ pub(crate) fn relink_from_anchor(path: &Path) -> Relink {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Relink::Relinked,
         // E.g. every name of the inode went meanwhile: it cannot be linked again.
         Err(_) => Relink::NoAnchor,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::temp_path;
+
+    #[test]
+    fn a_discard_removes_only_the_file_that_was_checked() {
+        let dir = temp_path("anchor-discard");
+        std::fs::create_dir(&*dir).unwrap();
+        let anchor = dir.join(".r.cache.vgpu-link");
+        std::fs::write(&anchor, b"old").unwrap();
+        let checked = stat(&anchor).unwrap();
+        // Another file at the name with the inode number of the checked one (a freed number given
+        // to a fresh region's anchor): the same inode, another modification time.
+        let mut reused = checked;
+        reused.st_mtime += 1;
+        assert!(!discard_anchor(&anchor, &reused));
+        assert!(anchor.exists(), "a newer anchor was removed");
+        assert!(discard_anchor(&anchor, &checked));
+        assert!(!anchor.exists());
+        assert_eq!(std::fs::read_dir(&*dir).unwrap().count(), 0, "a moved-aside name is left");
     }
 }
