@@ -116,9 +116,10 @@ fn others(d: usize, mine: Option<u32>) -> Others {
     o
 }
 
-/// Host PIDs claimed by other live slots (the memory correlator never names one).
-pub(crate) fn claimed_by_others() -> Vec<u32> {
-    others(0, None).claimed
+/// Host PIDs claimed by other live slots, as seen from region device `d` (the memory correlator
+/// never names one).
+pub(crate) fn claimed_by_others(d: usize) -> Vec<u32> {
+    others(d, None).claimed
 }
 
 /// Host PIDs of the container's live slots (ours included once resolved).

@@ -264,7 +264,7 @@ fn correlate(t: &mut Truth, d: usize) {
     let Ok(Raw { before, mut procs, after, settled, .. }) = read(dt, d) else { return };
     procs.retain(|p| p.1 != NVML_VALUE_NOT_AVAILABLE);
     dt.correlatable = !procs.is_empty();
-    let claimed = hostpid::claimed_by_others();
+    let claimed = hostpid::claimed_by_others(d);
     let s = Sample { own_before: before, own_after: after, settled, procs: &procs, claimed: &claimed };
     let Some(hp) = dt.corr.observe(&s) else { return };
     hostpid::found_by_correlation(d, hp);
@@ -363,15 +363,12 @@ pub fn measured(
         }
         let k = key();
         let (Some(b), Ok(a)) = (before, measure(t, d)) else { return r };
-        if !b.settled || !a.settled {
-            // An allocation of another thread in flight at either reading would count as this
-            // operation's cost (or hide it): left to the reconciliation.
+        let Some((cost, _)) = reconcile::across(&b, &a) else {
             crate::debug!(
                 "{what}: an allocation or free of ours was in flight across its measurement: left to the reconciliation"
             );
             return r;
-        }
-        let cost = reconcile::measured_cost(b.truth, a.truth, b.counted_after, a.counted_before);
+        };
         if cost == 0 {
             return r;
         }

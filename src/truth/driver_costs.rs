@@ -171,11 +171,7 @@ pub unsafe fn ctx_set_limit(real: pfn::cuCtxSetLimit, limit: CUlimit, value: usi
         let before = truth::measure(t, d).ok();
         let r = unsafe { real(limit, value) };
         let (CUDA_SUCCESS, Some(b), Ok(a)) = (r, before, truth::measure(t, d)) else { return (r, false) };
-        if !b.settled || !a.settled {
-            return (r, false); // another thread's allocation in flight: left to the reconciliation
-        }
-        let up = reconcile::measured_cost(b.truth, a.truth, b.counted_after, a.counted_before);
-        let down = reconcile::measured_cost(a.truth, b.truth, a.counted_before, b.counted_after);
+        let Some((up, down)) = reconcile::across(&b, &a) else { return (r, false) };
         let prev = st.handles.get(key).map_or(0, |p| p.bytes);
         let rec = |bytes| vgpu_core::ledger::AllocRecord { dev: d, bytes, kind: UsageKind::Context, owner: ctx };
         if up > 0 {

@@ -114,6 +114,19 @@ pub fn measured_cost(truth_before: u64, truth_after: u64, counted_before: u64, c
     truth_after.saturating_sub(truth_before).saturating_sub(counted_after.saturating_sub(counted_before))
 }
 
+/// What one operation made the driver hold, from readings `before` and `after` it: `(grown,
+/// fallen)`, each [`measured_cost`]. `None` unless both readings are settled: another thread's
+/// allocation in flight at either would count as the operation's cost or hide it (left to the
+/// reconciliation then).
+pub fn across(before: &Reading, after: &Reading) -> Option<(u64, u64)> {
+    if !before.settled || !after.settled {
+        return None;
+    }
+    let grown = measured_cost(before.truth, after.truth, before.counted_after, after.counted_before);
+    let fallen = measured_cost(after.truth, before.truth, after.counted_before, before.counted_after);
+    Some((grown, fallen))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +238,22 @@ mod tests {
         // Still unsettled, a module loaded meanwhile is charged (understated, never overstated).
         let r = Reading { truth: 400 * MIB, ..r };
         assert_eq!(step(&r, 64 * MIB), Step::Charge(400 * MIB - 264 * MIB - SLACK - 64 * MIB));
+    }
+
+    #[test]
+    fn an_operation_is_measured_only_across_settled_readings() {
+        let b = Reading {
+            truth: 100 * MIB,
+            counted_before: 10 * MIB,
+            counted_after: 10 * MIB,
+            allowance: 0,
+            settled: true,
+        };
+        let a = Reading { truth: 164 * MIB, ..b };
+        assert_eq!(across(&b, &a), Some((64 * MIB, 0)));
+        assert_eq!(across(&a, &b), Some((0, 64 * MIB)));
+        assert_eq!(across(&Reading { settled: false, ..b }, &a), None);
+        assert_eq!(across(&b, &Reading { settled: false, ..a }), None);
     }
 
     #[test]
