@@ -10,13 +10,11 @@
 use super::{Compute, api, mono_ns, wall_ns};
 use std::sync::atomic::Ordering;
 use vgpu_core::limiter::burst::{self, Limits, Observation, State};
-use vgpu_core::limiter::words::Words;
+use vgpu_core::region::DeviceLimiterState;
 
 /// Per-device, per-process bookkeeping (in `Ctl`).
 #[derive(Default)]
 pub struct Local {
-    handle: usize,
-    tried: bool,
     /// Device-utilisation path: (CLOCK_MONOTONIC, container charged_ns) at this process's previous call.
     prev_util: Option<(u64, u64)>,
     no_sensor_logged: bool,
@@ -48,23 +46,13 @@ pub fn tick(c: &Compute, d: usize) {
     let obs = {
         let mut guard = dev.burst.lock();
         let loc = &mut *guard;
-        if !loc.tried {
-            loc.tried = true;
-            loc.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
-        }
-        if loc.handle == 0 {
+        let h = c.nvml_handle(d);
+        let via_processes = h.filter(|_| per_process).and_then(|h| from_processes(h, w, now_us, &hostpids));
+        let obs = via_processes.or_else(|| h.and_then(|h| from_device(h, loc, w.charged_ns.load(Ordering::Relaxed))));
+        if obs.is_none() {
             no_sensor(loc, d);
-            None
-        } else {
-            let h = loc.handle as crate::ffi::nvmlDevice_t;
-            let via_processes = if per_process { from_processes(h, w, now_us, &hostpids) } else { None };
-            via_processes.or_else(|| {
-                from_device(h, loc, w.charged_ns().load(Ordering::Relaxed)).or_else(|| {
-                    no_sensor(loc, d);
-                    None
-                })
-            })
         }
+        obs
     };
     let st = match obs {
         Some(Some(o)) => {
@@ -99,10 +87,15 @@ fn no_sensor(loc: &mut Local, d: usize) {
 /// Per-process NVML samples newer than the container's `burst_seen_us`. `None`: not available;
 /// `Some(None)`: nothing new (the driver samples every few tens of ms or more on hardware: a span
 /// without samples says nothing, and the next query starts from the same point).
-fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: &[u32]) -> Option<Option<Observation>> {
-    let prev_us = w.burst_seen_us().load(Ordering::Acquire);
+fn from_processes(
+    h: crate::ffi::nvmlDevice_t,
+    w: &DeviceLimiterState,
+    now_us: u64,
+    ours: &[u32],
+) -> Option<Option<Observation>> {
+    let prev_us = w.burst_seen_us.load(Ordering::Acquire);
     if prev_us == 0 || prev_us >= now_us || now_us - prev_us > burst::MAX_SPAN_NS / 1000 {
-        w.burst_seen_us().store(now_us, Ordering::Release);
+        w.burst_seen_us.store(now_us, Ordering::Release);
         return Some(None);
     }
     let span = match api::nvml_span(h, prev_us) {
@@ -110,9 +103,9 @@ fn from_processes(h: crate::ffi::nvmlDevice_t, w: Words<'_>, now_us: u64, ours: 
         api::Util::Span(_) | api::Util::NothingNew | api::Util::NoneBusy => return Some(None),
         api::Util::NotSupported | api::Util::Error(_) => return None,
     };
-    w.burst_seen_us().store(span.end_us, Ordering::Release);
+    w.burst_seen_us.store(span.end_us, Ordering::Release);
     // The own busy time covers the container's work only when every process has a host PID.
-    let attributed = w.unresolved_pids().load(Ordering::Relaxed) == 0 && !ours.is_empty();
+    let attributed = w.unresolved_pids.load(Ordering::Relaxed) == 0 && !ours.is_empty();
     Some(Some(Observation {
         span_ns: (span.end_us - prev_us) * 1000,
         device_busy_ns: span.device_busy() * 1000,

@@ -2,7 +2,6 @@
 //! admission against the device's bucket with a predicted cost (optionally measured with a timing
 //! event pair). [`before`] runs before the real launch, [`after`] with its result.
 
-use super::firstgate::{release_first_gate, take_first_gate};
 use super::samples::EventPair;
 use super::{Compute, api, get, mono_ns, now_unix_s, sleep_until};
 use crate::ffi::*;
@@ -11,7 +10,6 @@ use vgpu_core::limiter::bucket::{Admission, Bucket, Params};
 use vgpu_core::limiter::cost::lowcost;
 use vgpu_core::limiter::cost::{Prediction, Sig};
 use vgpu_core::limiter::feedback::{self, BLOCK_POLL_NS};
-use vgpu_core::limiter::words::Words;
 
 /// Longest wait for the first sample of a signature that has no basis for a guess.
 const FIRST_SAMPLE_WAIT_NS: u64 = 1_000_000_000;
@@ -46,7 +44,6 @@ pub fn after(t: Option<Ticket>, r: CUresult) {
 
 fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUcontext, CUdevice)>) -> Option<Ticket> {
     let c = get();
-    c.slow_launches.fetch_add(1, Ordering::Relaxed);
     // A launch into a capturing stream does not run: no feedback, no wait, no charge, no event.
     if api::capturing(stream, ptsz) {
         return None;
@@ -66,7 +63,6 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         }
         return None;
     }
-    c.params(d)?;
     let mut params: Params;
     let t0 = mono_ns();
     let mut waited = false;
@@ -77,16 +73,17 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         // Re-read every round: a live limit change or the burst controller's rate applies to
         // launches already waiting.
         params = c.params(d)?;
-        let bucket = Bucket::attach(c.bucket_state(d), params);
+        let bucket = Bucket::attach(c.words(d), params);
         // The container's lowest cost of this launch shape (`limiter::lowcost`): a cap on
         // estimates this process has not confirmed yet (or confirmed on a queue).
-        let low = lowcost::lookup(&Words(c.bucket_state(d)).low_costs(), low_tag, now);
-        let (pred, k) = {
+        let low = lowcost::lookup(&c.words(d).low_costs, low_tag, now);
+        let (pred, k, gated) = {
             let mut ctl = dev.ctl.lock();
-            (ctl.model.predict_low(sig, now, low), ctl.corr.k())
+            let pred = ctl.model.predict(sig, now, low);
+            // One launch of unknown cost in flight per container, too (`cost::claim_first`).
+            let gated = pred.unknown && !ctl.model.take_gate(&c.words(d).first_gate, now);
+            (pred, ctl.corr.k(), gated)
         };
-        // One launch of unknown cost in flight per container, too (`cost::claim_first`).
-        let gated = pred.unknown && !take_first_gate(c, d, now);
         if pred.wait_for_first || gated {
             if first_wait_until == 0 {
                 first_wait_until = now + FIRST_SAMPLE_WAIT_NS;
@@ -118,7 +115,7 @@ fn before_inner(stream: CUstream, ptsz: bool, sig: Sig, ctx_dev: Option<(CUconte
         }
     };
     if waited {
-        Bucket::attach(c.bucket_state(d), params).note_throttled(mono_ns().saturating_sub(t0));
+        Bucket::attach(c.words(d), params).note_throttled(mono_ns().saturating_sub(t0));
     }
     // A sample: start event now, end event right after the launch. A launch queued behind our own
     // work is preferred (`defer_sample`): its start event completes when our previous kernel does,
@@ -157,14 +154,14 @@ fn after_inner(t: Ticket, r: CUresult) {
     let c = get();
     let d = t.d;
     after_launch(c, t, r);
-    release_first_gate(c, d);
+    c.devs[d].ctl.lock().model.release_gate(&c.words(d).first_gate);
 }
 
 fn after_launch(c: &Compute, t: Ticket, r: CUresult) {
     let dev = &c.devs[t.d];
     if r != CUDA_SUCCESS {
         // The launch did not happen: refund it and take it out of its account.
-        Bucket::attach(c.bucket_state(t.d), t.params).charge(-(t.charged as i64));
+        Bucket::attach(c.words(t.d), t.params).charge(-(t.charged as i64));
         let mut ctl = dev.ctl.lock();
         ctl.model.cancelled(t.sig, &t.pred);
         ctl.corr.add_charge(mono_ns(), -(t.pred.cost_ns as i64));
@@ -218,7 +215,7 @@ fn wait_unblocked(c: &Compute) {
     c.blocked.store(false, Ordering::Relaxed);
     for d in 0..c.devs.len() {
         if c.devs[d].active.load(Ordering::Relaxed) {
-            c.words(d).blocked_ns().fetch_add(waited, Ordering::Relaxed);
+            c.words(d).blocked_ns.fetch_add(waited, Ordering::Relaxed);
         }
     }
     feedback::mark_active(rk);

@@ -12,7 +12,6 @@
 
 pub mod api;
 mod burst;
-mod firstgate;
 mod gate;
 mod samples;
 pub(crate) mod watcher;
@@ -22,12 +21,12 @@ pub use gate::{after, after_multi, before, before_multi};
 
 use crate::ffi::*;
 use crate::state;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use vgpu_core::config::CorePolicy;
 use vgpu_core::limiter::correction::Correction;
 use vgpu_core::limiter::cost::CostModel;
 use vgpu_core::limiter::feedback::KernelTimeRecorder;
-use vgpu_core::limiter::words::{self, Words};
+use vgpu_core::limiter::words;
 use vgpu_core::region::{DeviceLimiterState, MAX_DEVICES};
 use vgpu_core::regionfile::Region;
 use vgpu_core::sync::Mutex;
@@ -81,6 +80,8 @@ pub struct Dev {
     pub enforce: AtomicBool,
     /// This process has a context / launched on the device.
     pub active: AtomicBool,
+    /// NVML handle of the device, looked up once (0 = not yet, 1 = none).
+    nvml_handle: AtomicUsize,
     /// Process-local bucket when the region (or its extension) is unavailable.
     local: Box<DeviceLimiterState>,
     pub ctl: Mutex<Ctl>,
@@ -115,8 +116,6 @@ pub struct Compute {
     pub samples: Mutex<samples::Samples>,
     pub watcher: AtomicU32,
     pub stop: AtomicBool,
-    /// Launches that took the slow path (diagnostics).
-    pub slow_launches: AtomicU64,
 }
 
 static COMPUTE: AtomicPtr<Compute> = AtomicPtr::new(std::ptr::null_mut());
@@ -156,6 +155,7 @@ fn init_slow() -> &'static Compute {
                 ceiling: AtomicU64::new(0),
                 enforce: AtomicBool::new(false),
                 active: AtomicBool::new(false),
+                nvml_handle: AtomicUsize::new(0),
                 local: words::new_state(),
                 ctl: Mutex::new(Ctl {
                     model: CostModel::new(),
@@ -173,7 +173,6 @@ fn init_slow() -> &'static Compute {
         samples: Mutex::new(samples::Samples::default()),
         watcher: AtomicU32::new(0),
         stop: AtomicBool::new(false),
-        slow_launches: AtomicU64::new(0),
     };
     let c: &'static Compute = Box::leak(Box::new(c));
     c.refresh_control();
@@ -189,16 +188,24 @@ fn init_slow() -> &'static Compute {
 }
 
 impl Compute {
-    /// The shared bucket state of region device `d` (process-local without a region extension).
-    pub fn bucket_state(&self, d: usize) -> &DeviceLimiterState {
+    /// The limiter words of region device `d`: the container's in the region extension,
+    /// process-local without one.
+    pub fn words(&self, d: usize) -> &DeviceLimiterState {
         match self.region.and_then(|r| r.ext()) {
             Some(ext) => &ext.limiter[d],
             None => &self.devs[d].local,
         }
     }
 
-    pub fn words(&self, d: usize) -> Words<'_> {
-        Words(self.bucket_state(d))
+    /// The NVML handle of region device `d` (the watcher's NVML round and the burst step share it).
+    pub fn nvml_handle(&self, d: usize) -> Option<nvmlDevice_t> {
+        let cell = &self.devs[d].nvml_handle;
+        let mut h = cell.load(Ordering::Relaxed);
+        if h == 0 {
+            h = api::nvml_handle(d).map_or(1, |h| h as usize);
+            cell.store(h, Ordering::Relaxed);
+        }
+        (h != 1).then_some(h as nvmlDevice_t)
     }
 
     /// Current SM limit of region device `d`: the region's (authoritative once created), else the
@@ -214,7 +221,6 @@ impl Compute {
     pub fn refresh_control(&self) {
         use vgpu_core::limiter::feedback;
         let switch = self.region.map_or(1, |r| r.shared().utilization_switch.load(Ordering::Acquire));
-        let mut any = false;
         for (d, dev) in self.devs.iter().enumerate() {
             let lim = self.read_limit(d);
             let old = dev.limit.swap(lim, Ordering::Relaxed);
@@ -225,16 +231,12 @@ impl Compute {
             }
             let e = feedback::enforce(self.policy, switch, vgpu_core::limiter::is_limited(lim));
             dev.enforce.store(e, Ordering::Relaxed);
-            any |= e;
         }
-        let mut due = false;
         if let Some(r) = self.region {
             let rk = &r.shared().recent_kernel;
-            let blocked = feedback::honours_blocking(self.policy) && feedback::blocked(rk);
-            self.blocked.store(blocked, Ordering::Relaxed);
-            due = blocked || feedback::needs_mark(rk) || self.kt.due(now_unix_s());
+            self.blocked.store(feedback::honours_blocking(self.policy) && feedback::blocked(rk), Ordering::Relaxed);
         }
-        if any || due {
+        if self.gate_needed() {
             arm();
         }
     }
@@ -245,12 +247,12 @@ impl Compute {
     fn limit_changed(&self, d: usize, old: u64, new: u64) {
         let w = self.words(d);
         if let Some(p) = vgpu_core::limiter::bucket::Params::for_limit(new) {
-            w.balance_ns().fetch_min(p.cap_ns, Ordering::AcqRel);
-            w.rate_ppm().store(p.rate_ppm, Ordering::Relaxed);
-            w.cap_ns().store(p.cap_ns as u64, Ordering::Relaxed);
-            w.generation().fetch_add(1, Ordering::AcqRel);
+            w.balance_ns.fetch_min(p.cap_ns, Ordering::AcqRel);
+            w.rate_ppm.store(p.rate_ppm, Ordering::Relaxed);
+            w.cap_ns.store(p.cap_ns as u64, Ordering::Relaxed);
+            w.generation.fetch_add(1, Ordering::AcqRel);
         }
-        w.burst_rate_ppm().store(0, Ordering::Relaxed);
+        w.burst_rate_ppm.store(0, Ordering::Relaxed);
         crate::debug!("compute: device {d}: SM limit {old} -> {new}");
     }
 

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use vgpu_core::limiter::bucket::{Bucket, Params};
 use vgpu_core::limiter::cost::Sig;
 use vgpu_core::limiter::cost::lowcost;
-use vgpu_core::limiter::words::Words;
 
 /// Free events kept per context.
 const POOL_MAX: usize = 64;
@@ -147,11 +146,11 @@ pub fn poll(c: &Compute) -> bool {
         let mut ctl = dev.ctl.lock();
         match ns {
             Some(ns) => {
-                let lw = Words(c.bucket_state(p.d)).low_costs();
+                let lw = &c.words(p.d).low_costs;
                 let tag = lowcost::tag(&p.sig);
-                let delta = ctl.model.sample_done_low(p.sig, *ns, now, lowcost::lookup(&lw, tag, now));
+                let delta = ctl.model.sample_done(p.sig, *ns, now, lowcost::lookup(lw, tag, now));
                 if let Some((est, confirmed)) = ctl.model.shared_estimate(&p.sig) {
-                    lowcost::offer(&lw, tag, est, confirmed, now);
+                    lowcost::offer(lw, tag, est, confirmed, now);
                 }
                 // Completed somewhere in the last poll interval (≤ 1 ms).
                 ctl.corr.note_lag(p.since, now.saturating_sub(500_000), *ns);
@@ -161,7 +160,7 @@ pub fn poll(c: &Compute) -> bool {
                 if delta != 0
                     && let Some(params) = Params::for_limit(dev.limit.load(std::sync::atomic::Ordering::Relaxed))
                 {
-                    Bucket::attach(c.bucket_state(p.d), params).reprice((delta as f64 * k) as i64);
+                    Bucket::attach(c.words(p.d), params).reprice((delta as f64 * k) as i64);
                 }
             }
             None => {
@@ -169,7 +168,7 @@ pub fn poll(c: &Compute) -> bool {
                 drop(ctl);
             }
         }
-        super::firstgate::release_first_gate(c, p.d);
+        c.devs[p.d].ctl.lock().model.release_gate(&c.words(p.d).first_gate);
     }
     let mut s = c.samples.lock();
     for (p, ns) in done {

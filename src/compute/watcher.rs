@@ -58,8 +58,6 @@ extern "C" fn on_exit() {
 /// Per-device NVML bookkeeping of the watcher.
 #[derive(Default, Clone, Copy)]
 struct NvmlDev {
-    handle: usize,
-    tried: bool,
     next: u64,
     last_charged: u64,
     last_charged_at: u64,
@@ -126,7 +124,7 @@ fn write_sm_util(c: &Compute, d: usize, v: u64, last: &mut Option<u64>) {
 /// self-measured fallback where NVML has no per-process data.
 fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     let self_share = nv.self_share(c.words(d), now);
-    let Some(h) = nv.handle(d) else {
+    let Some(h) = c.nvml_handle(d) else {
         return self_measured(c, d, &mut c.devs[d].ctl.lock(), self_share, now);
     };
     let present: Option<Vec<u32>> = api::nvml_processes(h).map(|v| v.into_iter().map(|(p, _)| p).collect());
@@ -151,24 +149,15 @@ fn nvml_tick(c: &Compute, d: usize, nv: &mut NvmlDev, now: u64) {
     drop(ctl);
     let w = c.words(d);
     let ours = hostpid::container_hostpids();
-    w.share_ppm().store(nvmlspan::container_share_ppm(&span.busy, &ours, span.len_us()), Ordering::Relaxed);
-    w.share_stamp_ns().store(now, Ordering::Relaxed);
-    w.sensor().store(SENSOR_NVML, Ordering::Relaxed);
+    w.share_ppm.store(span.share_ppm(&ours), Ordering::Relaxed);
+    w.share_stamp_ns.store(now, Ordering::Relaxed);
+    w.sensor.store(SENSOR_NVML, Ordering::Relaxed);
 }
 
 impl NvmlDev {
-    /// The device's NVML handle, looked up once.
-    fn handle(&mut self, d: usize) -> Option<crate::ffi::nvmlDevice_t> {
-        if !self.tried {
-            self.tried = true;
-            self.handle = api::nvml_handle(d).map_or(0, |h| h as usize);
-        }
-        (self.handle != 0).then_some(self.handle as crate::ffi::nvmlDevice_t)
-    }
-
     /// The container's self-measured share (all processes' charges) since the previous round.
-    fn self_share(&mut self, w: vgpu_core::limiter::words::Words<'_>, now: u64) -> Option<u64> {
-        let charged = w.charged_ns().load(Ordering::Relaxed);
+    fn self_share(&mut self, w: &vgpu_core::region::DeviceLimiterState, now: u64) -> Option<u64> {
+        let charged = w.charged_ns.load(Ordering::Relaxed);
         let s = nvmlspan::self_share_ppm(charged, self.last_charged, self.last_charged_at, now);
         (self.last_charged, self.last_charged_at) = (charged, now);
         s
@@ -179,10 +168,10 @@ impl NvmlDev {
 fn self_measured(c: &Compute, d: usize, ctl: &mut super::Ctl, self_share: Option<u64>, now: u64) {
     let w = c.words(d);
     if let Some(s) = self_share {
-        w.share_ppm().store(s.min(PPM), Ordering::Relaxed);
-        w.share_stamp_ns().store(now, Ordering::Relaxed);
+        w.share_ppm.store(s.min(PPM), Ordering::Relaxed);
+        w.share_stamp_ns.store(now, Ordering::Relaxed);
     }
-    w.sensor().store(SENSOR_SELF, Ordering::Relaxed);
+    w.sensor.store(SENSOR_SELF, Ordering::Relaxed);
     // Our own share from our charges over the last second.
     let mine = nvmlspan::self_sm_util(ctl.corr.self_busy(now.saturating_sub(1_000_000_000), now), ctl.corr.k());
     write_sm_util(c, d, mine, &mut ctl.sm_util);
@@ -202,7 +191,7 @@ fn resolve_hostpid(d: usize, ctl: &mut super::Ctl, present: &[u32]) {
 fn publish_unresolved(c: &Compute, d: usize) {
     if let Some(r) = c.region {
         let unresolved = vgpu_core::slots::live(r.shared()).filter(|s| s.awaits_host_pid_on(d)).count();
-        c.words(d).unresolved_pids().store(unresolved as u64, Ordering::Relaxed);
+        c.words(d).unresolved_pids.store(unresolved as u64, Ordering::Relaxed);
     }
 }
 
@@ -228,7 +217,7 @@ fn next_span(c: &Compute, d: usize, h: crate::ffi::nvmlDevice_t, ctl: &mut super
             );
             ctl.nvml_supported = Some(false);
             ctl.corr.reset();
-            c.words(d).correction_ppm().store(PPM, Ordering::Relaxed);
+            c.words(d).correction_ppm.store(PPM, Ordering::Relaxed);
             return None;
         }
         api::Util::Error(e) => {
@@ -266,6 +255,6 @@ fn correct(c: &Compute, d: usize, ctl: &mut super::Ctl, span: &Span, hp: u32, st
             ctl.corr.last_tol()
         );
     }
-    c.words(d).correction_ppm().store(ctl.corr.k_ppm(), Ordering::Relaxed);
+    c.words(d).correction_ppm.store(ctl.corr.k_ppm(), Ordering::Relaxed);
     write_sm_util(c, d, nvmlspan::percent(my_busy_ns / 1000, span.len_us()) as u64, &mut ctl.sm_util);
 }

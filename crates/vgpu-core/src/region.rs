@@ -147,7 +147,7 @@ unsafe impl Sync for SharedRegion {}
 unsafe impl Send for SharedRegion {}
 
 /// Per-device state of the compute limiter, shared by all processes of the container
-/// (192 bytes = 24 u64 words). Meanings are owned by `limiter` (see `limiter/words.rs`).
+/// (192 bytes = 24 u64 words). Each word's meaning is documented here; `limiter` owns their use.
 #[repr(C)]
 pub struct DeviceLimiterState {
     /// Token balance in nanoseconds of device time (negative: debt).
@@ -178,7 +178,11 @@ pub struct DeviceLimiterState {
     pub correction_ppm: AtomicU64,
     /// Processes of the container still without a host PID.
     pub unresolved_pids: AtomicU64,
-    pub reserved: [AtomicU64; 5],
+    /// CLOCK_MONOTONIC deadline of the process whose launch of unknown cost is in flight (0 = none;
+    /// `limiter::cost::claim_first`).
+    pub first_gate: AtomicU64,
+    /// The container's lowest measured cost per launch shape, 4 entries (`limiter::cost::lowcost`).
+    pub low_costs: [AtomicU64; 4],
     /// Burst controller: wall µs up to which NVML per-process samples have been used (the
     /// `lastSeen` of the next query; 0 = none yet).
     pub burst_seen_us: AtomicU64,
@@ -213,11 +217,11 @@ impl DeviceLimiterState {
             &self.sensor,
             &self.correction_ppm,
             &self.unresolved_pids,
-            &self.reserved[0],
-            &self.reserved[1],
-            &self.reserved[2],
-            &self.reserved[3],
-            &self.reserved[4],
+            &self.first_gate,
+            &self.low_costs[0],
+            &self.low_costs[1],
+            &self.low_costs[2],
+            &self.low_costs[3],
             &self.burst_seen_us,
             &self.burst_signals,
             &self.burst_stamp_us,
@@ -356,7 +360,7 @@ const _: () = {
     assert!(offset_of!(DeviceLimiterState, sensor) == 88);
     assert!(offset_of!(DeviceLimiterState, correction_ppm) == 96);
     assert!(offset_of!(DeviceLimiterState, unresolved_pids) == 104);
-    assert!(offset_of!(DeviceLimiterState, reserved) == 112);
+    assert!(offset_of!(DeviceLimiterState, first_gate) == 112);
     assert!(offset_of!(DeviceLimiterState, burst_seen_us) == 152);
     assert!(offset_of!(DeviceLimiterState, burst_signals) == 160);
     assert!(offset_of!(DeviceLimiterState, burst_stamp_us) == 168);

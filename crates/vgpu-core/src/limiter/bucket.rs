@@ -16,7 +16,6 @@
 //!   the cap; refills never add above the cap but do not take such a refund away.
 
 use super::PPM;
-use super::words::Words;
 use crate::region::DeviceLimiterState;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -86,29 +85,29 @@ pub enum Admission {
 /// One device's bucket, as seen by one process with its parameters.
 #[derive(Clone, Copy)]
 pub struct Bucket<'a> {
-    w: Words<'a>,
+    w: &'a DeviceLimiterState,
     p: Params,
 }
 
 impl<'a> Bucket<'a> {
     /// Attaches to the shared state and publishes `p` (rate/cap words, generation bump on change).
     pub fn new(st: &'a DeviceLimiterState, p: Params) -> Bucket<'a> {
-        let b = Bucket { w: Words(st), p };
+        let b = Bucket { w: st, p };
         b.publish();
         b
     }
 
     /// Attaches without publishing (hot path, after [`Bucket::new`] ran once in this process).
     pub fn attach(st: &'a DeviceLimiterState, p: Params) -> Bucket<'a> {
-        Bucket { w: Words(st), p }
+        Bucket { w: st, p }
     }
 
     fn publish(&self) {
         let w = self.w;
-        let old_rate = w.rate_ppm().swap(self.p.rate_ppm, AcqRel);
-        let old_cap = w.cap_ns().swap(self.p.cap_ns as u64, AcqRel);
+        let old_rate = w.rate_ppm.swap(self.p.rate_ppm, AcqRel);
+        let old_cap = w.cap_ns.swap(self.p.cap_ns as u64, AcqRel);
         if old_rate != self.p.rate_ppm || old_cap != self.p.cap_ns as u64 {
-            w.generation().fetch_add(1, AcqRel);
+            w.generation.fetch_add(1, AcqRel);
         }
     }
 
@@ -116,22 +115,22 @@ impl<'a> Bucket<'a> {
         self.p
     }
 
-    pub fn words(&self) -> Words<'a> {
+    pub fn words(&self) -> &'a DeviceLimiterState {
         self.w
     }
 
     pub fn balance(&self) -> i64 {
-        self.w.balance_ns().load(Acquire)
+        self.w.balance_ns.load(Acquire)
     }
 
     /// Lazy refill up to `now` (CLOCK_MONOTONIC ns); returns the balance afterwards.
     pub fn refill(&self, now: u64) -> i64 {
         let w = self.w;
-        let mut last = w.last_refill_ns().load(Acquire);
+        let mut last = w.last_refill_ns.load(Acquire);
         loop {
             if last == 0 {
                 // First use of this bucket: start the clock with an empty (zero) balance.
-                match w.last_refill_ns().compare_exchange(0, now.max(1), AcqRel, Acquire) {
+                match w.last_refill_ns.compare_exchange(0, now.max(1), AcqRel, Acquire) {
                     Ok(_) => break,
                     Err(v) => {
                         last = v;
@@ -142,30 +141,30 @@ impl<'a> Bucket<'a> {
             if now <= last {
                 if last > now.saturating_add(CLOCK_JUMP_NS) {
                     // A different time base (the region outlived a reboot): restart the clock.
-                    if w.last_refill_ns().compare_exchange(last, now.max(1), AcqRel, Acquire).is_ok() {
+                    if w.last_refill_ns.compare_exchange(last, now.max(1), AcqRel, Acquire).is_ok() {
                         let cap = self.p.cap_ns;
-                        let _ = w.balance_ns().fetch_update(AcqRel, Acquire, |b| Some(b.clamp(0, cap)));
+                        let _ = w.balance_ns.fetch_update(AcqRel, Acquire, |b| Some(b.clamp(0, cap)));
                     }
                 }
                 break;
             }
-            match w.last_refill_ns().compare_exchange_weak(last, now, AcqRel, Acquire) {
+            match w.last_refill_ns.compare_exchange_weak(last, now, AcqRel, Acquire) {
                 Ok(_) => {
                     let r = self.p.rate_ppm as u128;
                     let add = (now as u128 * r / PPM as u128) - (last as u128 * r / PPM as u128);
                     let add = add.min(self.p.cap_ns as u128 * 4 + 1) as i64;
-                    let nb = w.balance_ns().fetch_add(add, AcqRel) + add;
+                    let nb = w.balance_ns.fetch_add(add, AcqRel) + add;
                     if nb > self.p.cap_ns {
                         // Refill never lifts the balance above the cap, but does not take away
                         // what refunds put above it either: remove only this refill's excess.
-                        w.balance_ns().fetch_sub((nb - self.p.cap_ns).min(add), AcqRel);
+                        w.balance_ns.fetch_sub((nb - self.p.cap_ns).min(add), AcqRel);
                     }
                     break;
                 }
                 Err(v) => last = v,
             }
         }
-        w.balance_ns().load(Acquire)
+        w.balance_ns.load(Acquire)
     }
 
     /// Admission of a launch predicted to cost `cost_ns`.
@@ -192,15 +191,15 @@ impl<'a> Bucket<'a> {
         // balance above the cap (the container catches up what it was wrongly made to wait for),
         // but not above REFUND_CAPS × cap: a large start-up over-charge is not paid back as a
         // burst far above the limit (erring on the side of the limit).
-        let nb = w.balance_ns().fetch_sub(delta_ns, AcqRel) - delta_ns;
+        let nb = w.balance_ns.fetch_sub(delta_ns, AcqRel) - delta_ns;
         if delta_ns > 0 {
-            w.charged_ns().fetch_add(delta_ns as u64, Relaxed);
+            w.charged_ns.fetch_add(delta_ns as u64, Relaxed);
         } else {
             let top = self.p.cap_ns.saturating_mul(REFUND_CAPS);
             if nb > top {
-                w.balance_ns().fetch_min(top, AcqRel);
+                w.balance_ns.fetch_min(top, AcqRel);
             }
-            let _ = w.charged_ns().fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub((-delta_ns) as u64)));
+            let _ = w.charged_ns.fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub((-delta_ns) as u64)));
         }
     }
 
@@ -211,8 +210,8 @@ impl<'a> Bucket<'a> {
 
     /// Adds wall time spent waiting for tokens to the metrics.
     pub fn note_throttled(&self, waited_ns: u64) {
-        self.w.throttled_ns().fetch_add(waited_ns, Relaxed);
-        self.w.throttled_launches().fetch_add(1, Relaxed);
+        self.w.throttled_ns.fetch_add(waited_ns, Relaxed);
+        self.w.throttled_launches.fetch_add(1, Relaxed);
     }
 }
 
@@ -324,13 +323,13 @@ mod tests {
     #[test]
     fn generation_bumps_on_change() {
         let st = new_state();
-        let g0 = Words(&st).generation().load(Relaxed);
+        let g0 = &st.generation.load(Relaxed);
         let _ = Bucket::new(&st, Params::for_limit(50).unwrap());
-        let g1 = Words(&st).generation().load(Relaxed);
+        let g1 = &st.generation.load(Relaxed);
         let _ = Bucket::new(&st, Params::for_limit(50).unwrap());
-        assert_eq!(Words(&st).generation().load(Relaxed), g1);
+        assert_eq!(&st.generation.load(Relaxed), g1);
         let _ = Bucket::new(&st, Params::for_limit(20).unwrap());
-        assert!(g1 > g0 && Words(&st).generation().load(Relaxed) > g1);
+        assert!(g1 > g0 && &st.generation.load(Relaxed) > g1);
     }
 
     #[test]

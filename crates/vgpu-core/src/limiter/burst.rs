@@ -1,37 +1,20 @@
 //! Burst: the SM limit L as a guarantee, idle device time used up to a ceiling C.
+//! Reasoning (why the rule is stable and fair) and figures: docs/design.md "Burst".
 //!
 //! The container's bucket refills at an effective rate `r ∈ [L, C]` (word `burst_rate_ppm`),
-//! adjusted every [`STEP_NS`] by one process of the container (the one that advances
-//! `burst_stamp_us` by CAS) from what the driver tells every process about one span:
-//! the device's busy time, and the container's own busy time (NVML per process summed over the
-//! container's host PIDs, or the container's charges when per-process NVML is unavailable).
-//! `others = device − own` is the time other tenants used.
+//! adjusted every [`STEP_NS`] by the one process that advances `burst_stamp_us` by CAS, from one
+//! span's device busy time and the container's own (`others = device − own`). AIMD on the excess
+//! `x = r − L`, weighted by the guarantee:
+//! * idle time on the device (smoothed `busy < SATURATED`): `x += GROWTH · idle · L`;
+//! * no idle time and another tenant active: `x ×= BACKOFF` per step;
+//! * saturated by ourselves alone: hold.
 //!
-//! The rule is AIMD on the excess `x = r − L`, weighted by the guarantee:
-//! * idle time on the device (smoothed `busy < SATURATED`): `x += GROWTH · idle · L`, idle = the
-//!   span's idle time in steps — a container grows in proportion to its guarantee and to the idle
-//!   time it saw, so two bursting containers add to their excesses in the ratio of their
-//!   guarantees whatever the phase of their spans, and the growth slows as the idle time is used up;
-//! * no idle time and another tenant active (`others ≥ OTHERS_ACTIVE`, or any other PID busy):
-//!   `x ×= BACKOFF` per step — every container above its guarantee gives up the same fraction of
-//!   its excess, so the excess ratios are preserved;
-//! * otherwise (saturated by ourselves alone): hold.
-//!
-//! The rate is in charged ns, which the per-process correction (`super::correction`) keeps equal
-//! to device time: the step has no estimator of its own.
-//!
-//! Two bounds on top: `r ≤ 1 − hold + PEAK_SLACK`, where the hold is armed at the whole device
-//! when a newcomer appears and decays at `PEAK_DECAY_PER_S` (the newcomer gets the device at once
-//! and the room comes back gradually), and `r ≤ MAX_RATE_PPM` (the burster's driver queues drain).
-//!
-//! Weighted additive increase + multiplicative decrease converges to excesses in the ratio of
-//! the guarantees whatever the start (Chiu & Jain: each decrease shrinks the difference of the
-//! normalised excesses `x_i / L_i` by the factor BACKOFF, each increase leaves it unchanged), and
-//! the total moves in phase for everybody (same signal), so two bursting containers never trade
-//! the device back and forth. Reasoning: docs/design.md "Burst"; figures: docs/benchmarks.md.
+//! Bounds on top: `r ≤ 1 − hold + PEAK_SLACK` (the hold is armed when a newcomer appears and
+//! decays at `PEAK_DECAY_PER_S`) and `r ≤ MAX_RATE_PPM` (the burster's driver queues drain). The
+//! rate is in charged ns, which the per-process correction keeps equal to device time.
 
 use super::PPM;
-use super::words::Words;
+use crate::region::DeviceLimiterState;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// The highest effective rate: a burster admits a little less than the device can run, so its
@@ -148,9 +131,9 @@ const UNATTRIBUTED: u64 = 1 << 63;
 const RATE_MASK: u64 = (1 << 20) - 1;
 
 impl State {
-    pub fn load(w: Words<'_>) -> State {
-        let s = w.burst_signals().load(Relaxed);
-        let r = w.burst_rate_ppm().load(Relaxed);
+    pub fn load(w: &DeviceLimiterState) -> State {
+        let s = w.burst_signals.load(Relaxed);
+        let r = w.burst_rate_ppm.load(Relaxed);
         State {
             rate_ppm: r & RATE_MASK,
             others_ppm: s & MASK,
@@ -251,11 +234,11 @@ fn backoff(steps: f64) -> f64 {
 }
 
 /// The effective rate the bucket refills at now.
-pub fn effective_rate(w: Words<'_>, lim: Limits) -> u64 {
+pub fn effective_rate(w: &DeviceLimiterState, lim: Limits) -> u64 {
     if !lim.bursting() {
         return lim.limit_ppm;
     }
-    lim.clamp(w.burst_rate_ppm().load(Relaxed) & RATE_MASK)
+    lim.clamp(w.burst_rate_ppm.load(Relaxed) & RATE_MASK)
 }
 
 /// A step may be led this long after the previous one: a little less than [`STEP_NS`], so a
@@ -265,33 +248,33 @@ pub const LEAD_AFTER_NS: u64 = STEP_NS * 3 / 4;
 
 /// Leadership of the step due at `now_us` (wall µs): `Some(previous stamp)` to the one caller
 /// that advanced the stamp, `None` to everybody else and before [`LEAD_AFTER_NS`] has passed.
-pub fn try_lead(w: Words<'_>, now_us: u64) -> Option<u64> {
-    let prev = w.burst_stamp_us().load(Acquire);
+pub fn try_lead(w: &DeviceLimiterState, now_us: u64) -> Option<u64> {
+    let prev = w.burst_stamp_us.load(Acquire);
     if prev != 0 && now_us < prev.saturating_add(LEAD_AFTER_NS / 1000) && now_us >= prev {
         return None;
     }
-    w.burst_stamp_us().compare_exchange(prev, now_us.max(1), AcqRel, Acquire).ok()
+    w.burst_stamp_us.compare_exchange(prev, now_us.max(1), AcqRel, Acquire).ok()
 }
 
 /// Publishes a step's state (by its leader). A lower rate also lowers the balance to the new cap
 /// at once (the tokens saved at the higher rate would otherwise delay the yield).
-pub fn publish(w: Words<'_>, st: State) {
-    w.burst_signals().store(st.signals(), Relaxed);
+pub fn publish(w: &DeviceLimiterState, st: State) {
+    w.burst_signals.store(st.signals(), Relaxed);
     let new_rate_ppm = st.rate_ppm;
-    let old = w.burst_rate_ppm().swap(st.rate_word(), AcqRel) & RATE_MASK;
+    let old = w.burst_rate_ppm.swap(st.rate_word(), AcqRel) & RATE_MASK;
     if old != 0 && new_rate_ppm < old {
         let cap = super::bucket::Params::for_rate(new_rate_ppm).cap_ns;
-        w.balance_ns().fetch_min(cap, AcqRel);
+        w.balance_ns.fetch_min(cap, AcqRel);
     }
 }
 
 /// The ceiling word: the first process publishes its environment's ceiling (CAS from 0), and
 /// from then on the region's word is the ceiling (operators may change it live). Returns the
 /// ceiling in percent (0 = unset).
-pub fn ceiling_pct(w: Words<'_>, env_pct: u64) -> u64 {
-    let cur = w.sm_ceiling().load(Relaxed);
+pub fn ceiling_pct(w: &DeviceLimiterState, env_pct: u64) -> u64 {
+    let cur = w.sm_ceiling.load(Relaxed);
     if cur == 0 && env_pct != 0 {
-        return match w.sm_ceiling().compare_exchange(0, env_pct, AcqRel, Relaxed) {
+        return match w.sm_ceiling.compare_exchange(0, env_pct, AcqRel, Relaxed) {
             Ok(_) => env_pct,
             Err(v) => v,
         };
@@ -349,8 +332,8 @@ mod tests {
         let l = Limits::new(30, 0).unwrap();
         assert_eq!(step(rate(900_000), l, obs(10.0, 10.0)).rate_ppm, 300_000);
         let st = new_state();
-        Words(&st).burst_rate_ppm().store(900_000, Relaxed);
-        assert_eq!(effective_rate(Words(&st), l), 300_000);
+        st.burst_rate_ppm.store(900_000, Relaxed);
+        assert_eq!(effective_rate(&st, l), 300_000);
     }
 
     #[test]
@@ -506,12 +489,12 @@ mod tests {
     #[test]
     fn rate_word_carries_the_rate_and_effective_rate_masks_it() {
         let st = new_state();
-        let w = Words(&st);
+        let w = &st;
         publish(w, State { rate_ppm: 612_345, ..State::default() });
         assert_eq!(State::load(w).rate_ppm, 612_345);
         assert_eq!(effective_rate(w, Limits::new(30, 100).unwrap()), 612_345);
         // Bits above the rate (a word written by another build) are ignored.
-        w.burst_rate_ppm().store(0xdead_beef << 20 | 400_000, Relaxed);
+        w.burst_rate_ppm.store(0xdead_beef << 20 | 400_000, Relaxed);
         assert_eq!(effective_rate(w, Limits::new(30, 100).unwrap()), 400_000);
     }
 
@@ -540,28 +523,28 @@ mod tests {
     #[test]
     fn leadership_and_publish() {
         let st = new_state();
-        let w = Words(&st);
+        let w = &st;
         assert_eq!(try_lead(w, 1_000_000), Some(0));
         assert_eq!(try_lead(w, 1_000_000 + 5_000), None, "within a step");
         assert_eq!(try_lead(w, 1_000_000 + 20_000), Some(1_000_000));
         // A clock far behind (wall clock stepped back) takes the lead again.
         assert_eq!(try_lead(w, 10), Some(1_020_000));
         // Lowering the rate lowers the balance to the new cap.
-        w.balance_ns().store(50 * MS as i64, Relaxed);
+        w.balance_ns.store(50 * MS as i64, Relaxed);
         publish(w, rate(PPM));
-        assert_eq!(w.balance_ns().load(Relaxed), 50 * MS as i64);
+        assert_eq!(w.balance_ns.load(Relaxed), 50 * MS as i64);
         publish(w, rate(300_000));
-        assert_eq!(w.balance_ns().load(Relaxed), 15 * MS as i64);
+        assert_eq!(w.balance_ns.load(Relaxed), 15 * MS as i64);
     }
 
     #[test]
     fn ceiling_word_is_published_once_and_then_authoritative() {
         let st = new_state();
-        let w = Words(&st);
+        let w = &st;
         assert_eq!(ceiling_pct(w, 0), 0);
         assert_eq!(ceiling_pct(w, 80), 80);
         assert_eq!(ceiling_pct(w, 100), 80, "the region wins");
-        w.sm_ceiling().store(60, Relaxed); // an operator's live change
+        w.sm_ceiling.store(60, Relaxed); // an operator's live change
         assert_eq!(ceiling_pct(w, 80), 60);
     }
 }

@@ -1,25 +1,14 @@
-//! The slow outer loop: corrects this process's charges with the best sensor available.
+//! The slow outer loop: corrects this process's charges with NVML's per-process busy time of
+//! our host PID ([`Correction::observe`]) against the raw charges made over the same interval
+//! ([`Correction::add_charge`] bins, shifted by the measured admission-to-execution lag).
+//! Reasoning: docs/design.md "Outer loop".
 //!
-//! The inner loop charges predicted costs (event samples, low-cluster estimate). Those can be
-//! biased: contention inflation that the low-cluster filter did not remove, event overheads,
-//! data-dependent kernels. When NVML reports per-process utilisation for our host PID, it measures
-//! what actually ran. Per NVML sample period (start, end] the shim hands us NVML's busy time for
-//! our PID ([`Correction::observe`]); we compare it with the raw charges (before correction) that
-//! this process made in the same interval ([`Correction::add_charge`] bins).
-//!
-//! `r = Σ NVML busy / Σ raw charges` over the last [`WINDOW_NS`] is the factor by which raw charges
-//! over- or under-state the truth, independent of the current correction (no integrator, so no
-//! wind-up: an under-limit workload gives the same `r`). The correction `k` (charge = raw × k)
-//! follows `r` with smoothing when `r` differs from 1 by more than NVML's own resolution, and
-//! returns to 1 when it does not: `smUtil` is an integer percent per period, so at a 12 % share it is only good to
-//! ±4 %, and a steady workload rounds the same way every period (the errors do not average out).
-//! Charges are binned at admission while NVML sees execution, so the comparison is shifted by the
-//! measured admission-to-execution lag, and the band also allows one whole launch at each end of
-//! the window (long kernels make both sums lumpy). Inside the band (+ [`TOL_MARGIN`]) the events,
-//! finer and unbiased when alone, are trusted.
-//!
-//! Safety: `r` outside [`R_MIN`, `R_MAX`] means the sensor does not describe this process (wrong
-//! PID, sensor glitch) and is ignored; `k` stays within [`K_MIN`, `K_MAX`].
+//! `r = Σ NVML busy / Σ raw charges` over the last [`WINDOW_NS`] is a pure ratio (no integrator,
+//! no wind-up). `k` (charge = raw × k) moves halfway to `r` when `|r − 1|` exceeds NVML's
+//! resolution (an integer percent per period, which a steady workload rounds the same way every
+//! time) plus one launch at each end of the window and [`TOL_MARGIN`], and back to 1 inside it.
+//! `r` outside [`R_MIN`, `R_MAX`] does not describe this process and is ignored; `k` stays in
+//! [`K_MIN`, `K_MAX`].
 
 use std::collections::VecDeque;
 

@@ -1,36 +1,16 @@
 //! Cost prediction: how much device time a launch will take, learnt from sparse timing samples.
+//! Reasoning and figures: docs/design.md "Cost prediction".
 //!
-//! * A launch is admitted before it runs, so it is charged a **prediction**: per signature
-//!   (function, grid, block, dynamic shared memory) for kernels, per `CUgraphExec` for graphs.
-//! * Predictions come from **samples**: the shim records a timing event pair around one launch
-//!   every few milliseconds per signature (every launch until the signature has a few samples).
-//!   A sample measures `wait + duration`, where `wait` is the time the kernel queued behind work of
-//!   other streams, processes or containers (contention inflation). The estimator therefore keeps
-//!   the last [`RING`] samples and predicts the mean of the *low cluster*: samples within
-//!   [`CLUSTER_PPM`] of the floor. Uncontended samples are identical up to noise and form that
-//!   cluster; contended ones are larger and are ignored. (The outer correction loop,
-//!   [`super::correction`], removes what bias remains when NVML can measure the truth.)
-//! * A signature never measured is charged a **guess**: the per-block time of another grid of the
-//!   same function scaled to this grid, else the most recent estimate of any signature (both
-//!   taken from *confirmed* estimates only, so one inflated first sample is not propagated).
-//! * **Reconciliation by account.** Admitted launches ([`CostModel::admitted`]; a prediction that
-//!   waits records nothing) join the signature's open account. Each sample re-prices the whole
-//!   account at the new estimate and returns the difference for the bucket (debt or refund), so
-//!   guesses and estimates later found wrong (a first sample inflated by a queue) are corrected,
-//!   at most [`REPRICE_LAUNCHES`] launches' worth per sample (the rest stays owed for the next).
-//!   The account closes only when nothing is owed and a *clean* sample confirms the estimate: the
-//!   sample lies in the cluster and at least two recent samples agree on it
-//!   ([`Estimator::confirmed`]). Under persistent contention (clean samples rare) everything
-//!   charged at an inflated estimate is refunded when the first clean samples arrive.
-//!   While a signature with no basis for a guess has its first sample in flight, further launches of
-//!   it, and of any other such signature, are asked to wait for that sample
-//!   ([`Prediction::wait_for_first`]): at most one launch of unknown cost is in flight per process,
-//!   which bounds how much unmeasured work can be queued (four processes starting together would
-//!   otherwise fill the device with work charged at a 100 µs guess). The same holds per
-//!   *container* ([`claim_first`], a word shared by its processes): its processes' first samples
-//!   are taken one after the other, so they do not queue behind each other (on a FIFO device the
-//!   n-th of n first samples measured n kernels), and a newcomer beside a burster takes its later
-//!   first samples after the burster has yielded, not behind its queue.
+//! * A launch is charged a **prediction** per signature ([`Sig`]: function and launch shape, or a
+//!   `CUgraphExec`) before it runs: the [`Estimator`]'s mean of the *low cluster* of recent samples
+//!   (a sample is queue wait + duration, so inflated samples lie above the cluster), else a
+//!   **guess** from confirmed estimates (per-block time of another grid, the latest estimate).
+//! * **Accounts.** Admitted launches join their signature's open account; each sample re-prices
+//!   it at the new estimate ([`REPRICE_LAUNCHES`] launches' worth at most) and returns the debt or
+//!   refund; a clean sample that confirms the estimate closes it.
+//! * **Launches of unknown cost** (no basis for a guess) are one at a time per process
+//!   ([`Prediction::wait_for_first`]) and per container ([`claim_first`]), so first samples do not
+//!   queue behind each other.
 
 pub mod lowcost;
 
@@ -309,29 +289,17 @@ impl CostModel {
         (self.last_estimate, false)
     }
 
-    /// The most an unconfirmed estimate of `sig` is charged: the container's lowest cost of the
-    /// shape, and the per-block time of a confirmed grid of the same function. Samples only
-    /// over-state (queueing adds), so an unconfirmed estimate above either is most likely
-    /// inflated (with mixed kernels a short kernel's first samples queue behind whole long ones:
-    /// 50 µs measured as 8-26 ms). Under-charging is bounded: the confirming sample re-prices the
-    /// whole open account at the process's own estimate.
-    ///
-    /// The container's value also caps this process's *confirmed* estimate while the signature is
-    /// young here (first used < [`YOUNG_NS`] ago): with long kernels × several processes on a
-    /// FIFO device two samples may agree on a queue (20 ms kernels measured 114 and 120 ms, or
-    /// 59 and 60 ms, behind others' work) and confirm an inflated estimate, which re-priced the
-    /// process's account into 100-300 ms of debt. After that the cap rises to the process's own
-    /// estimate over [`RAMP_NS`], and then the own estimate stands, so two different kernels of one
-    /// shape under-charge the slower one for `YOUNG_NS + RAMP_NS / 2` of its time at most.
+    /// The most an estimate of `sig` is charged (samples only over-state, so a lower bound from
+    /// elsewhere is the better one). An unconfirmed estimate: the container's lowest cost of the
+    /// shape and the per-block time of a confirmed grid. A confirmed one: the container's value
+    /// while the signature is young here ([`YOUNG_NS`]: on a FIFO device two samples may agree on
+    /// a queue), then rising to the own estimate over [`RAMP_NS`] (lifted at once, the re-priced
+    /// account became a debt that stalled the container). The confirming sample re-prices the
+    /// whole account at the own estimate, so a cap that was too low is paid back.
     fn cap(&self, sig: &Sig, low: Option<Low>, now: u64) -> Option<u64> {
         if let Some(e) = self.map.get(sig)
             && e.est.confirmed()
         {
-            // After the young period the cap rises linearly to the process's own estimate over
-            // [`RAMP_NS`]: lifted at once, it re-priced the open account at an estimate that its
-            // queued samples had inflated (20 ms kernels × 8 processes on one FIFO: 40-45 ms
-            // against the container's 20), a debt of 100-500 ms in one sample that stalled the
-            // container for a second.
             let age = now.saturating_sub(e.born);
             let own = e.est.value().unwrap_or(0);
             return low.and_then(|l| match age.checked_sub(YOUNG_NS) {
@@ -366,17 +334,11 @@ impl CostModel {
         }
     }
 
-    /// Prediction for a launch of `sig` at `now`. Nothing is recorded until the launch is
-    /// admitted ([`CostModel::admitted`]).
-    pub fn predict(&mut self, sig: Sig, now: u64) -> Prediction {
-        self.predict_low(sig, now, None)
-    }
-
-    /// [`CostModel::predict`] with the container's lowest cost of the launch's shape
-    /// ([`lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a
-    /// signature without an estimate is guessed at a *confirmed* one (a basis: no first-sample
-    /// wait, no gate).
-    pub fn predict_low(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
+    /// Prediction for a launch of `sig` at `now`, given the container's lowest cost of its shape
+    /// ([`lowcost`]): an unconfirmed (or young) estimate is charged at most that, and a signature
+    /// without an estimate is guessed at a *confirmed* one (a basis: no first-sample wait, no
+    /// gate). Nothing is recorded until the launch is admitted ([`CostModel::admitted`]).
+    pub fn predict(&mut self, sig: Sig, now: u64, low: Option<Low>) -> Prediction {
         if !self.map.contains_key(&sig) {
             self.evict(now);
         }
@@ -456,23 +418,21 @@ impl CostModel {
         true
     }
 
-    /// This process took the container's first-sample gate (`token` from [`claim_first`]) for
-    /// its unknown launch.
-    pub fn hold_gate(&mut self, token: u64) {
-        self.gate_token = token;
-    }
-
-    pub fn holds_gate(&self) -> bool {
+    /// Takes the container's first-sample gate (`word`, [`claim_first`]) for a launch of unknown
+    /// cost, or holds it already; false: another process's launch of unknown cost is in flight.
+    pub fn take_gate(&mut self, word: &AtomicU64, now: u64) -> bool {
+        if self.gate_token == 0 {
+            self.gate_token = claim_first(word, now).unwrap_or(0);
+        }
         self.gate_token != 0
     }
 
-    /// The gate token to release now: this process holds it and its launches of unknown cost
-    /// have all been measured (or their samples failed), or it holds it without one in flight.
-    pub fn gate_to_release(&mut self) -> Option<u64> {
+    /// Frees the gate once this process's launches of unknown cost have all been measured (or
+    /// their samples failed).
+    pub fn release_gate(&mut self, word: &AtomicU64) {
         if self.gate_token != 0 && self.unknown_in_flight == 0 {
-            return Some(std::mem::take(&mut self.gate_token));
+            release_first(word, std::mem::take(&mut self.gate_token));
         }
-        None
     }
 
     /// The timing events of a sample for `sig` were recorded.
@@ -511,17 +471,12 @@ impl CostModel {
         }
     }
 
-    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge
-    /// the bucket (ns; negative = refund): the open account re-priced at the new estimate, at most
-    /// [`REPRICE_LAUNCHES`] launches' worth per sample.
-    pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64) -> i64 {
-        self.sample_done_low(sig, measured_ns, now, None)
-    }
-
-    /// [`CostModel::sample_done`] with the container's lowest cost of the shape: while this
-    /// process's estimate is unconfirmed the account is re-priced at most at that; the confirming
-    /// sample re-prices it at the process's own estimate (so nothing charged too low is lost).
-    pub fn sample_done_low(&mut self, sig: Sig, measured_ns: u64, now: u64, low: Option<Low>) -> i64 {
+    /// A sample of `sig` measured `measured_ns`. Returns the reconciliation to charge the bucket
+    /// (ns; negative = refund): the open account re-priced at the new estimate, at most
+    /// [`REPRICE_LAUNCHES`] launches' worth per sample, and while this process's estimate is
+    /// unconfirmed at most at the container's lowest cost `low`; the confirming sample re-prices
+    /// it at the process's own estimate (so nothing charged too low is lost).
+    pub fn sample_done(&mut self, sig: Sig, measured_ns: u64, now: u64, low: Option<Low>) -> i64 {
         let e = self.map.entry(sig).or_default();
         e.pending = false;
         if e.first_pending {
@@ -600,12 +555,12 @@ mod tests {
     fn idle_stream_samples_are_deferred_after_warmup() {
         let mut m = CostModel::new();
         let s = k(50);
-        m.predict(s, 0);
+        m.predict(s, 0, None);
         // Warm-up: never deferred.
         assert!(!m.defer_sample(s, true));
         for i in 0..WARMUP as u64 {
             m.sample_started(s, i);
-            m.sample_done(s, 50 * US, i + 1);
+            m.sample_done(s, 50 * US, i + 1, None);
         }
         for _ in 0..MAX_IDLE_DEFERS {
             assert!(m.defer_sample(s, true));
@@ -636,23 +591,23 @@ mod tests {
     fn first_launches_are_guessed_then_reconciled() {
         let mut m = CostModel::new();
         let t = MS;
-        let p = m.predict(k(50), t);
+        let p = m.predict(k(50), t, None);
         assert!(p.guessed && p.sample && !p.wait_for_first);
         assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
         // A prediction that is not admitted (the launch waited) records nothing.
-        let _ = m.predict(k(50), t);
+        let _ = m.predict(k(50), t, None);
         m.admitted(k(50), &p);
         m.sample_started(k(50), t);
         // While the first sample is in flight and there is no basis for a guess: wait.
-        let p2 = m.predict(k(50), t + 1);
+        let p2 = m.predict(k(50), t + 1, None);
         assert!(p2.wait_for_first && !p2.sample);
         assert_eq!(p2.cost_ns, INITIAL_GUESS_NS);
         // The wait timed out: launched with the guess.
         m.admitted(k(50), &p2);
         // Measured 20 ms: two launches charged 100 µs each -> 2 × 20 ms − 200 µs more debt.
-        let d = m.sample_done(k(50), 20 * MS, t + 30 * MS);
+        let d = m.sample_done(k(50), 20 * MS, t + 30 * MS, None);
         assert_eq!(d, (40 * MS - 200 * US) as i64);
-        let p3 = m.predict(k(50), t + 31 * MS);
+        let p3 = m.predict(k(50), t + 31 * MS, None);
         assert_eq!(p3.cost_ns, 20 * MS);
         assert!(!p3.guessed);
     }
@@ -661,20 +616,20 @@ mod tests {
     fn one_unknown_launch_in_flight_per_process() {
         let mut m = CostModel::new();
         let (a, b) = (k(50), Sig::kernel(0x2000, [20000, 1, 1], [128, 1, 1], 0));
-        let pa = m.predict(a, 0);
+        let pa = m.predict(a, 0, None);
         m.admitted(a, &pa);
         m.sample_started(a, 0);
         // Another unknown signature waits for a's first sample...
-        assert!(m.predict(b, 1).wait_for_first);
-        m.sample_done(a, 50 * US, 100 * US);
+        assert!(m.predict(b, 1, None).wait_for_first);
+        m.sample_done(a, 50 * US, 100 * US, None);
         // ... and goes once it is in.
-        let pb = m.predict(b, 200 * US);
+        let pb = m.predict(b, 200 * US, None);
         assert!(!pb.wait_for_first && pb.sample);
         m.admitted(b, &pb);
         m.sample_started(b, 200 * US);
-        assert!(m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 300 * US).wait_for_first);
+        assert!(m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 300 * US, None).wait_for_first);
         m.sample_failed(b);
-        assert!(!m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 400 * US).wait_for_first);
+        assert!(!m.predict(Sig::kernel(0x3000, [1, 1, 1], [1, 1, 1], 0), 400 * US, None).wait_for_first);
     }
 
     #[test]
@@ -682,22 +637,23 @@ mod tests {
         let gate = AtomicU64::new(0);
         // Process 1 takes the gate for its first (unknown) launch; process 2 must wait.
         let (mut m1, mut m2) = (CostModel::new(), CostModel::new());
-        let p1 = m1.predict(k(50), MS);
+        let p1 = m1.predict(k(50), MS, None);
         assert!(p1.unknown && !p1.wait_for_first);
-        let t1 = claim_first(&gate, MS).unwrap();
-        m1.hold_gate(t1);
-        assert!(m2.predict(k(50), MS).unknown);
-        assert_eq!(claim_first(&gate, MS + 1), None);
+        assert!(m1.take_gate(&gate, MS));
+        let t1 = gate.load(Acquire);
+        assert!(m1.take_gate(&gate, MS + 1), "held already");
+        assert!(m2.predict(k(50), MS, None).unknown);
+        assert!(!m2.take_gate(&gate, MS + 1));
         // Admitted and measured: released only once its sample is in.
         m1.admitted(k(50), &p1);
         m1.sample_started(k(50), MS);
-        assert_eq!(m1.gate_to_release(), None);
-        m1.sample_done(k(50), 50 * US, 2 * MS);
-        assert_eq!(m1.gate_to_release(), Some(t1));
-        assert_eq!(m1.gate_to_release(), None);
-        release_first(&gate, t1);
+        m1.release_gate(&gate);
+        assert_eq!(gate.load(Acquire), t1);
+        m1.sample_done(k(50), 50 * US, 2 * MS, None);
+        m1.release_gate(&gate);
+        assert_eq!(gate.load(Acquire), 0);
         // A known signature is not gated; process 2 gets the gate now.
-        assert!(!m1.predict(k(50), 3 * MS).unknown);
+        assert!(!m1.predict(k(50), 3 * MS, None).unknown);
         let t2 = claim_first(&gate, 3 * MS).unwrap();
         // A holder that never releases (died) stops holding after FIRST_GATE_HOLD_NS; a stale
         // token does not free a newer claim.
@@ -718,18 +674,18 @@ mod tests {
     fn container_low_caps_an_unconfirmed_estimate() {
         let mut m = CostModel::new();
         let s = k(20000);
-        let p = m.predict_low(s, MS, None);
+        let p = m.predict(s, MS, None);
         assert!(p.unknown);
         m.admitted(s, &p);
         m.sample_started(s, MS);
         // The first sample queued behind 40 ms of other processes' work; another process of the
         // container measured 20 ms (not confirmed yet): the account is re-priced at 20 ms.
-        let d = m.sample_done_low(s, 60 * MS, 70 * MS, low(20 * MS, false));
+        let d = m.sample_done(s, 60 * MS, 70 * MS, low(20 * MS, false));
         assert_eq!(d, (20 * MS - INITIAL_GUESS_NS) as i64);
         assert_eq!(m.estimate(&s), Some(60 * MS), "the own estimate is kept");
-        let p = m.predict_low(s, 71 * MS, low(20 * MS, false));
+        let p = m.predict(s, 71 * MS, low(20 * MS, false));
         assert_eq!(p.cost_ns, 20 * MS);
-        assert_eq!(m.predict_low(s, 71 * MS, None).cost_ns, 60 * MS);
+        assert_eq!(m.predict(s, 71 * MS, None).cost_ns, 60 * MS);
     }
 
     #[test]
@@ -737,19 +693,18 @@ mod tests {
         let mut m = CostModel::new();
         let s = k(20000);
         // A single (maybe inflated) sample elsewhere: still unknown here, the gate applies.
-        let p = m.predict_low(s, MS, low(60 * MS, false));
+        let p = m.predict(s, MS, low(60 * MS, false));
         assert!(p.unknown && p.guessed);
         assert_eq!(p.cost_ns, INITIAL_GUESS_NS);
         // Confirmed elsewhere: guessed at it, no first-sample wait, no gate.
-        let p = m.predict_low(s, MS, low(20 * MS, true));
+        let p = m.predict(s, MS, low(20 * MS, true));
         assert!(p.guessed && !p.unknown && !p.wait_for_first && p.sample);
         assert_eq!(p.cost_ns, 20 * MS);
         m.admitted(s, &p);
         m.sample_started(s, MS);
         // Its sample in flight does not count as an unknown launch: another unknown kernel of
         // this process is not held for it.
-        assert!(!m.predict(Sig::kernel(0x2000, [7, 1, 1], [1, 1, 1], 0), 2 * MS).wait_for_first);
-        assert_eq!(m.gate_to_release(), None);
+        assert!(!m.predict(Sig::kernel(0x2000, [7, 1, 1], [1, 1, 1], 0), 2 * MS, None).wait_for_first);
     }
 
     #[test]
@@ -760,20 +715,20 @@ mod tests {
         let mut charged = 0i64;
         for (i, v) in [114 * MS, 120 * MS].into_iter().enumerate() {
             let t = (i as u64 + 1) * 200 * MS;
-            let p = m.predict_low(s, t, l);
+            let p = m.predict(s, t, l);
             charged += p.cost_ns as i64;
             m.admitted(s, &p);
             m.sample_started(s, t);
-            charged += m.sample_done_low(s, v, t + v, l);
+            charged += m.sample_done(s, v, t + v, l);
         }
         // Two samples agree on a 100 ms queue: confirmed here, but young: charged 20 ms each.
         assert_eq!(charged, 40 * MS as i64);
-        assert_eq!(m.predict_low(s, 500 * MS, l).cost_ns, 20 * MS);
+        assert_eq!(m.predict(s, 500 * MS, l).cost_ns, 20 * MS);
         // Once the signature is no longer young the cap rises to the process's own estimate,
         // halfway after half the ramp, all the way after it.
         let own = m.estimate(&s).unwrap();
-        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS + RAMP_NS / 2, l).cost_ns, 20 * MS + (own - 20 * MS) / 2);
-        assert_eq!(m.predict_low(s, 200 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, own);
+        assert_eq!(m.predict(s, 200 * MS + YOUNG_NS + RAMP_NS / 2, l).cost_ns, 20 * MS + (own - 20 * MS) / 2);
+        assert_eq!(m.predict(s, 200 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, own);
     }
 
     #[test]
@@ -783,10 +738,10 @@ mod tests {
         let s = k(20000);
         let l = low(5 * MS, false);
         let launch = |m: &mut CostModel, t: u64| -> i64 {
-            let p = m.predict_low(s, t, l);
+            let p = m.predict(s, t, l);
             m.admitted(s, &p);
             m.sample_started(s, t);
-            p.cost_ns as i64 + m.sample_done_low(s, 20 * MS, t + 20 * MS, l)
+            p.cost_ns as i64 + m.sample_done(s, 20 * MS, t + 20 * MS, l)
         };
         let young: i64 = (1..=3u64).map(|i| launch(&mut m, i * 30 * MS)).sum();
         // Young: charged the container's value (the under-charge of the start-up aid) ...
@@ -797,7 +752,7 @@ mod tests {
         assert!(mid > 5 * MS as i64 && mid < 20 * MS as i64, "{mid}");
         // ... and after it the own estimate.
         assert_eq!(launch(&mut m, 30 * MS + YOUNG_NS + RAMP_NS), 20 * MS as i64);
-        assert_eq!(m.predict_low(s, 40 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, 20 * MS);
+        assert_eq!(m.predict(s, 40 * MS + YOUNG_NS + RAMP_NS, l).cost_ns, 20 * MS);
     }
 
     #[test]
@@ -805,14 +760,14 @@ mod tests {
         // Ten launches charged a 100 µs guess, then the kernel measures 20 ms: 199 ms owed.
         let mut m = CostModel::new();
         let s = k(20000);
-        let p = m.predict(s, MS);
+        let p = m.predict(s, MS, None);
         for _ in 0..10 {
             m.admitted(s, &p);
         }
         let owed = (10 * 20 * MS - 10 * INITIAL_GUESS_NS) as i64;
         let mut got = Vec::new();
         for i in 0..8u64 {
-            got.push(m.sample_done(s, 20 * MS, (i + 2) * 30 * MS));
+            got.push(m.sample_done(s, 20 * MS, (i + 2) * 30 * MS, None));
         }
         // At most two launches at the new estimate per sample, nothing lost, then closed.
         assert!(got.iter().all(|&d| (0..=40 * MS as i64).contains(&d)), "{got:?}");
@@ -823,7 +778,7 @@ mod tests {
         for _ in 0..10 {
             m.admitted(s, &Prediction { cost_ns: 100 * MS, ..p });
         }
-        let d = m.sample_done(s, 20 * MS, 400 * MS);
+        let d = m.sample_done(s, 20 * MS, 400 * MS, None);
         assert_eq!(d, -40 * MS as i64);
     }
 
@@ -831,21 +786,21 @@ mod tests {
     fn other_grid_of_known_function_is_scaled() {
         let mut m = CostModel::new();
         for i in 0..WARMUP as u64 {
-            m.predict(k(50), i);
+            m.predict(k(50), i, None);
             m.sample_started(k(50), i);
-            m.sample_done(k(50), 50 * US, i + 100 * US);
+            m.sample_done(k(50), 50 * US, i + 100 * US, None);
         }
-        let p = m.predict(k(200), MS);
+        let p = m.predict(k(200), MS, None);
         assert!(p.guessed && !p.wait_for_first);
         assert_eq!(p.cost_ns, 200 * US);
         m.admitted(k(200), &p);
         m.sample_started(k(200), MS);
         // Second launch of k(200) while its sample is pending: no wait (there is a basis).
-        let p2 = m.predict(k(200), MS + 1);
+        let p2 = m.predict(k(200), MS + 1, None);
         assert!(!p2.wait_for_first && !p2.sample);
         m.admitted(k(200), &p2);
         // Measured exactly as guessed: nothing to reconcile.
-        assert_eq!(m.sample_done(k(200), 200 * US, 2 * MS), 0);
+        assert_eq!(m.sample_done(k(200), 200 * US, 2 * MS, None), 0);
     }
 
     #[test]
@@ -859,10 +814,10 @@ mod tests {
             if let Some(u) = pending_until
                 && t >= u
             {
-                m.sample_done(k(50), 50 * US, t);
+                m.sample_done(k(50), 50 * US, t, None);
                 pending_until = None;
             }
-            let p = m.predict(k(50), t);
+            let p = m.predict(k(50), t, None);
             if p.sample {
                 m.sample_started(k(50), t);
                 samples += 1;
@@ -892,43 +847,43 @@ mod tests {
         for s in [a, b] {
             for i in 0..WARMUP as u64 {
                 m.sample_started(s, i);
-                m.sample_done(s, 50 * US, i + 1);
+                m.sample_done(s, 50 * US, i + 1, None);
             }
         }
         let t = 100 * MS;
-        assert!(m.predict(a, t).sample);
+        assert!(m.predict(a, t, None).sample);
         m.sample_started(a, t);
-        assert!(!m.predict(b, t + MIN_SAMPLE_GAP_NS - 1).sample, "within the gap");
-        assert!(m.predict(b, t + MIN_SAMPLE_GAP_NS).sample);
+        assert!(!m.predict(b, t + MIN_SAMPLE_GAP_NS - 1, None).sample, "within the gap");
+        assert!(m.predict(b, t + MIN_SAMPLE_GAP_NS, None).sample);
     }
 
     #[test]
     fn graphs_have_their_own_entries() {
         let mut m = CostModel::new();
         let g = Sig::graph(0xabc);
-        let p = m.predict(g, 0);
+        let p = m.predict(g, 0, None);
         assert!(p.guessed && p.sample);
         m.admitted(g, &p);
         m.sample_started(g, 0);
-        assert_eq!(m.sample_done(g, 3 * MS, MS), (3 * MS - INITIAL_GUESS_NS) as i64);
+        assert_eq!(m.sample_done(g, 3 * MS, MS, None), (3 * MS - INITIAL_GUESS_NS) as i64);
         assert_eq!(m.estimate(&g), Some(3 * MS));
         // One sample is not settled: unknown kernels are still guessed at the initial guess...
-        assert_eq!(m.predict(k(7), 2 * MS).cost_ns, INITIAL_GUESS_NS);
+        assert_eq!(m.predict(k(7), 2 * MS, None).cost_ns, INITIAL_GUESS_NS);
         for i in 1..WARMUP as u64 {
             m.sample_started(g, i * MS);
-            m.sample_done(g, 3 * MS, i * MS + 1);
+            m.sample_done(g, 3 * MS, i * MS + 1, None);
         }
         // ... and at the latest settled estimate once it is.
-        assert_eq!(m.predict(k(7), 9 * MS).cost_ns, 3 * MS);
+        assert_eq!(m.predict(k(7), 9 * MS, None).cost_ns, 3 * MS);
     }
 
     #[test]
     fn eviction_bounds_the_table() {
         let mut m = CostModel::new();
         for i in 0..(MAX_ENTRIES as u32 + 10) {
-            m.predict(k(i + 1), i as u64);
+            m.predict(k(i + 1), i as u64, None);
         }
-        m.predict(k(1_000_000), EVICT_AGE_NS * 2);
+        m.predict(k(1_000_000), EVICT_AGE_NS * 2, None);
         assert!(m.len() <= MAX_ENTRIES);
     }
 }

@@ -43,16 +43,8 @@ pub fn blocked(recent_kernel: &AtomicI32) -> bool {
 /// Marks the container active: writes 2 unless it is already 2 or negative (blocked).
 /// Returns true if it wrote.
 pub fn mark_active(recent_kernel: &AtomicI32) -> bool {
-    let mut cur = recent_kernel.load(Ordering::Relaxed);
-    loop {
-        if cur == RECENT_KERNEL_ACTIVE || cur < 0 {
-            return false;
-        }
-        match recent_kernel.compare_exchange_weak(cur, RECENT_KERNEL_ACTIVE, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return true,
-            Err(v) => cur = v,
-        }
-    }
+    let write = |cur: i32| (cur != RECENT_KERNEL_ACTIVE && cur >= 0).then_some(RECENT_KERNEL_ACTIVE);
+    recent_kernel.fetch_update(Ordering::AcqRel, Ordering::Relaxed, write).is_ok()
 }
 
 /// Does `recent_kernel` need a write at the next launch?
@@ -63,16 +55,7 @@ pub fn needs_mark(recent_kernel: &AtomicI32) -> bool {
 
 /// Raises `last_kernel_time` to `now_s` if that increases it. Returns true if it wrote.
 pub fn bump_last_kernel_time(last_kernel_time: &AtomicU64, now_s: u64) -> bool {
-    let mut cur = last_kernel_time.load(Ordering::Relaxed);
-    loop {
-        if now_s <= cur {
-            return false;
-        }
-        match last_kernel_time.compare_exchange_weak(cur, now_s, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return true,
-            Err(v) => cur = v,
-        }
-    }
+    last_kernel_time.fetch_max(now_s, Ordering::AcqRel) < now_s
 }
 
 /// Process-local rate limiter for `last_kernel_time` writes: due when `now_s` ≥ the next time.

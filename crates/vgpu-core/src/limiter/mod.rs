@@ -15,7 +15,7 @@
 //!   `GPU_CORE_UTILIZATION_POLICY` rules.
 //! * [`nvmlspan`]: one NVML per-process answer weighed once into a [`nvmlspan::Span`] (busy time
 //!   per PID), read by the correction and by the burst step; shares derived from it.
-//! * [`words`]: named access to the per-device words of the region extension.
+//! * [`words`]: values of the per-device words of the region extension (the sensor in use).
 //!
 //! The host PID that keys NVML's per-process figures is resolved outside the limiter
 //! ([`crate::hostpid`]).

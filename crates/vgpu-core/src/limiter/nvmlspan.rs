@@ -8,33 +8,6 @@ use super::PPM;
 /// One NVML sample: (pid, timestamp µs, SM %).
 pub type Sample = (u32, u64, u32);
 
-/// Busy µs per pid over the periods an answer covers, and the end of the span (its newest time
-/// stamp). Distinct time stamps newer than `from_us` delimit the periods (one in the simulator,
-/// one per driver sample period on hardware); each sample weighs its own period, from the
-/// previous distinct stamp (or `from_us`) to its own, by its SM % (capped at 100). Samples not
-/// newer than `from_us` were counted by an earlier answer and are skipped. `None` when no sample
-/// is newer: the answer covers nothing new.
-pub fn weigh_samples(samples: &[Sample], from_us: u64) -> Option<(Vec<(u32, u64)>, u64)> {
-    let mut ts: Vec<u64> = samples.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
-    ts.sort_unstable();
-    ts.dedup();
-    let &end = ts.last()?;
-    let mut busy: Vec<(u32, u64)> = Vec::new();
-    for &(pid, t, u) in samples {
-        if t <= from_us {
-            continue;
-        }
-        let i = ts.binary_search(&t).unwrap_or(0);
-        let start = if i == 0 { from_us } else { ts[i - 1] };
-        let b = (t - start) * u.min(100) as u64 / 100;
-        match busy.iter_mut().find(|x| x.0 == pid) {
-            Some(x) => x.1 += b,
-            None => busy.push((pid, b)),
-        }
-    }
-    Some((busy, end))
-}
-
 /// One answer of `nvmlDeviceGetProcessUtilization(lastSeen)` weighed once: busy µs per PID over
 /// `[from_us, end_us]` (wall µs). The correction and the burst step both read these.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,16 +18,37 @@ pub struct Span {
 }
 
 impl Span {
-    /// The samples of an answer to a query from `from_us` ([`weigh_samples`]); `None`: none is
-    /// newer, the answer covers nothing new.
+    /// The samples of an answer to a query from `from_us`. Distinct time stamps newer than
+    /// `from_us` delimit the periods (one in the simulator, one per driver sample period on
+    /// hardware); each sample weighs its own period, from the previous distinct stamp (or
+    /// `from_us`) to its own, by its SM % (capped at 100). Samples not newer than `from_us` were
+    /// counted by an earlier answer. `None` when no sample is newer: it covers nothing new.
     pub fn weigh(samples: &[Sample], from_us: u64) -> Option<Span> {
-        let (busy, end_us) = weigh_samples(samples, from_us)?;
+        let mut ts: Vec<u64> = samples.iter().map(|s| s.1).filter(|&t| t > from_us).collect();
+        ts.sort_unstable();
+        ts.dedup();
+        let &end_us = ts.last()?;
+        let mut busy: Vec<(u32, u64)> = Vec::new();
+        for &(pid, t, u) in samples.iter().filter(|s| s.1 > from_us) {
+            let i = ts.binary_search(&t).unwrap_or(0);
+            let start = if i == 0 { from_us } else { ts[i - 1] };
+            let b = (t - start) * u.min(100) as u64 / 100;
+            match busy.iter_mut().find(|x| x.0 == pid) {
+                Some(x) => x.1 += b,
+                None => busy.push((pid, b)),
+            }
+        }
         Some(Span { from_us, end_us, busy })
     }
 
-    /// Its length in µs, at least 1.
+    /// Its length in µs, at least 1 (a wall clock that stood still or went back).
     pub fn len_us(&self) -> u64 {
-        span_us(self.from_us, self.end_us)
+        self.end_us.saturating_sub(self.from_us).max(1)
+    }
+
+    /// The share (ppm, at most [`PPM`]) of the PIDs in `ours`: the container's share.
+    pub fn share_ppm(&self, ours: &[u32]) -> u64 {
+        (self.busy_of(ours) as u128 * PPM as u128 / self.len_us() as u128).min(PPM as u128) as u64
     }
 
     /// Busy µs of the PIDs in `pids`.
@@ -73,11 +67,6 @@ impl Span {
     }
 }
 
-/// The span an answer covers, in µs: at least 1 (a clock that stood still or went back).
-pub fn span_us(from_us: u64, end_us: u64) -> u64 {
-    end_us.saturating_sub(from_us).max(1)
-}
-
 /// `busy` of `span` as a rounded percentage, at most 100.
 pub fn percent(busy: u64, span: u64) -> u32 {
     let span = span.max(1) as u128;
@@ -89,12 +78,6 @@ pub fn percent(busy: u64, span: u64) -> u32 {
 pub fn exact_percent(busy_ns: u64, start: u64, end: u64) -> u32 {
     let span = end.saturating_sub(start).max(1) as u128;
     ((busy_ns as u128 * 100 + span / 2) / span).min(u32::MAX as u128) as u32
-}
-
-/// The container's share (ppm, at most [`PPM`]) of a span: the busy time of the pids in `ours`.
-pub fn container_share_ppm(per_pid: &[(u32, u64)], ours: &[u32], span_us: u64) -> u64 {
-    let share: u64 = per_pid.iter().filter(|(p, _)| ours.contains(p)).map(|&(_, b)| b).sum();
-    (share as u128 * PPM as u128 / span_us.max(1) as u128).min(PPM as u128) as u64
 }
 
 /// Self-measured share (ppm, at most [`PPM`]) of the time since the last tick: the container's
@@ -120,14 +103,14 @@ mod tests {
 
     #[test]
     fn an_empty_answer_or_only_old_samples_cover_nothing() {
-        assert_eq!(weigh_samples(&[], 1_000), None);
-        assert_eq!(weigh_samples(&[(1, 900, 50), (2, 1_000, 80)], 1_000), None);
+        assert_eq!(Span::weigh(&[], 1_000), None);
+        assert_eq!(Span::weigh(&[(1, 900, 50), (2, 1_000, 80)], 1_000), None);
     }
 
     #[test]
     fn one_stamp_weighs_each_sample_over_the_whole_span() {
         // Simulator shape: every pid's sample carries the same stamp.
-        let (busy, end) = weigh_samples(&[(10, 2_000, 50), (20, 2_000, 25)], 1_000).unwrap();
+        let Span { busy, end_us: end, .. } = Span::weigh(&[(10, 2_000, 50), (20, 2_000, 25)], 1_000).unwrap();
         assert_eq!(end, 2_000);
         assert_eq!(busy, vec![(10, 500), (20, 250)]);
     }
@@ -136,7 +119,7 @@ mod tests {
     fn distinct_stamps_delimit_periods_and_old_samples_are_skipped() {
         // Hardware shape: one sample per driver period; the one at 1_000 was seen last time.
         let v = [(7, 1_000, 100), (7, 1_200, 100), (7, 1_500, 50), (8, 1_500, 10), (7, 2_000, 0)];
-        let (busy, end) = weigh_samples(&v, 1_000).unwrap();
+        let Span { busy, end_us: end, .. } = Span::weigh(&v, 1_000).unwrap();
         assert_eq!(end, 2_000);
         // pid 7: 200 µs at 100 % + 300 µs at 50 % + 500 µs at 0 %; pid 8: 300 µs at 10 %.
         assert_eq!(busy, vec![(7, 200 + 150), (8, 30)]);
@@ -144,15 +127,15 @@ mod tests {
 
     #[test]
     fn unordered_samples_and_percentages_over_100_are_weighed_the_same() {
-        let a = weigh_samples(&[(1, 1_500, 100), (1, 1_200, 100)], 1_000).unwrap();
-        let b = weigh_samples(&[(1, 1_200, 250), (1, 1_500, 100)], 1_000).unwrap();
+        let a = Span::weigh(&[(1, 1_500, 100), (1, 1_200, 100)], 1_000).unwrap();
+        let b = Span::weigh(&[(1, 1_200, 250), (1, 1_500, 100)], 1_000).unwrap();
         assert_eq!(a, b);
-        assert_eq!(a, (vec![(1, 500)], 1_500));
+        assert_eq!((a.busy, a.end_us), (vec![(1, 500)], 1_500));
     }
 
     #[test]
     fn a_zero_last_seen_weighs_from_the_epoch() {
-        let (busy, end) = weigh_samples(&[(3, 100, 50)], 0).unwrap();
+        let Span { busy, end_us: end, .. } = Span::weigh(&[(3, 100, 50)], 0).unwrap();
         assert_eq!((busy, end), (vec![(3, 50)], 100));
     }
 
@@ -167,12 +150,13 @@ mod tests {
 
     #[test]
     fn spans_never_divide_by_zero() {
-        assert_eq!(span_us(1_000, 3_000), 2_000);
-        assert_eq!(span_us(1_000, 1_000), 1);
-        assert_eq!(span_us(5_000, 1_000), 1, "a wall clock that went back");
+        let span = |from_us, end_us| Span { from_us, end_us, busy: vec![(1, 0)] };
+        assert_eq!(span(1_000, 3_000).len_us(), 2_000);
+        assert_eq!(span(1_000, 1_000).len_us(), 1);
+        assert_eq!(span(5_000, 1_000).len_us(), 1, "a wall clock that went back");
         assert_eq!(percent(0, 0), 0);
         assert_eq!(exact_percent(0, 10, 5), 0);
-        assert_eq!(container_share_ppm(&[(1, 0)], &[1], 0), 0);
+        assert_eq!(span(1_000, 1_000).share_ppm(&[1]), 0);
     }
 
     #[test]
@@ -188,11 +172,12 @@ mod tests {
 
     #[test]
     fn the_container_share_counts_only_its_own_pids_and_caps_at_ppm() {
-        let per_pid = [(1, 200), (2, 300), (99, 500)];
-        assert_eq!(container_share_ppm(&per_pid, &[1, 2], 1_000), 500_000);
-        assert_eq!(container_share_ppm(&per_pid, &[], 1_000), 0);
-        assert_eq!(container_share_ppm(&[], &[1], 1_000), 0);
-        assert_eq!(container_share_ppm(&per_pid, &[1, 2, 99], 500), PPM);
+        let span = |end_us, busy| Span { from_us: 0, end_us, busy };
+        let per_pid = vec![(1, 200), (2, 300), (99, 500)];
+        assert_eq!(span(1_000, per_pid.clone()).share_ppm(&[1, 2]), 500_000);
+        assert_eq!(span(1_000, per_pid.clone()).share_ppm(&[]), 0);
+        assert_eq!(span(1_000, vec![]).share_ppm(&[1]), 0);
+        assert_eq!(span(500, per_pid).share_ppm(&[1, 2, 99]), PPM);
     }
 
     #[test]

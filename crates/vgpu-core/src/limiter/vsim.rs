@@ -11,8 +11,7 @@ use super::bucket::{Admission, Bucket, Params};
 use super::burst::{self, Limits, Observation};
 use super::correction::Correction;
 use super::cost::lowcost;
-use super::cost::{self, CostModel, Sig};
-use super::words::Words;
+use super::cost::{CostModel, Sig};
 use super::words::new_state;
 use crate::region::DeviceLimiterState;
 use std::cmp::Reverse;
@@ -102,7 +101,7 @@ pub fn run(sc: &Scenario) -> Outcome {
     // The bucket parameters of container `ci` now: the limit's, or the burst controller's rate.
     let params_of = |ci: usize| -> Option<Params> {
         match lims[ci] {
-            Some(l) if l.bursting() => Some(Params::for_rate(burst::effective_rate(Words(&states[ci]), l))),
+            Some(l) if l.bursting() => Some(Params::for_rate(burst::effective_rate(&states[ci], l))),
             _ => base[ci],
         }
     };
@@ -171,8 +170,8 @@ pub fn run(sc: &Scenario) -> Outcome {
             };
             let span = now - last;
             let pct = |b: u64| -> u64 { if b == 0 { 0 } else { ((b * 100 + span / 2) / span).clamp(1, 100) } };
-            let w = Words(&states[ci]);
-            let charged = w.charged_ns().load(core::sync::atomic::Ordering::Relaxed);
+            let w = &states[ci];
+            let charged = w.charged_ns.load(core::sync::atomic::Ordering::Relaxed);
             let obs = if sc.nvml {
                 // Per-process NVML: integer percent per process over the span, summed.
                 let (mut dev, mut own, mut present) = (0, 0, false);
@@ -210,7 +209,7 @@ pub fn run(sc: &Scenario) -> Outcome {
             let st = burst::step(burst::State::load(w), l, obs);
             burst::publish(w, st);
             if std::env::var("VSIM_BURST").is_ok() {
-                let bal = w.balance_ns().load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+                let bal = w.balance_ns.load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
                 let qs: Vec<String> = procs
                     .iter()
                     .filter(|p| p.container == ci)
@@ -265,11 +264,11 @@ pub fn run(sc: &Scenario) -> Outcome {
             let (sig, measured, at) = p.pending[i];
             let polled = at + (2 * MS - (at + p.poll_phase) % (2 * MS));
             if polled <= now {
-                let lw = Words(&states[ci]).low_costs();
+                let lw = &states[ci].low_costs;
                 let tag = lowcost::tag(&sig);
-                let delta = p.model.sample_done_low(sig, measured, now, lowcost::lookup(&lw, tag, now));
+                let delta = p.model.sample_done(sig, measured, now, lowcost::lookup(lw, tag, now));
                 if let Some((est, confirmed)) = p.model.shared_estimate(&sig) {
-                    lowcost::offer(&lw, tag, est, confirmed, now);
+                    lowcost::offer(lw, tag, est, confirmed, now);
                 }
                 if ci == 1 && std::env::var("VSIM_TRACE_B").is_ok() {
                     let bal = params_of(ci).map(|prm| Bucket::attach(&states[ci], prm).balance()).unwrap_or(0);
@@ -293,9 +292,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 i += 1;
             }
         }
-        if let Some(tok) = p.model.gate_to_release() {
-            cost::release_first(Words(&states[ci]).first_gate(), tok);
-        }
+        p.model.release_gate(&states[ci].first_gate);
         // Next kernel of the app (or the one held by back-pressure).
         let (sig, dur, sample) = if let Some(h) = p.held.take() {
             h
@@ -314,18 +311,10 @@ pub fn run(sc: &Scenario) -> Outcome {
             let sig = sig_of(dur);
             let mut sample = false;
             if let Some(prm) = params_of(ci) {
-                let low = lowcost::lookup(&Words(&states[ci]).low_costs(), lowcost::tag(&sig), now);
-                let pred = p.model.predict_low(sig, now, low);
+                let low = lowcost::lookup(&states[ci].low_costs, lowcost::tag(&sig), now);
+                let pred = p.model.predict(sig, now, low);
                 // The container's first-sample gate (the shim's `gate.rs` does the same).
-                let gated = pred.unknown
-                    && !p.model.holds_gate()
-                    && match cost::claim_first(Words(&states[ci]).first_gate(), now) {
-                        Some(tok) => {
-                            p.model.hold_gate(tok);
-                            false
-                        }
-                        None => true,
-                    };
+                let gated = pred.unknown && !p.model.take_gate(&states[ci].first_gate, now);
                 if pred.wait_for_first || gated {
                     // Wait for the first sample of this signature (polled).
                     q.push(Reverse((now + 2 * MS, seq, pi)));
@@ -404,14 +393,14 @@ pub fn run(sc: &Scenario) -> Outcome {
     }
     if std::env::var("VSIM_CHARGED").is_ok() {
         for (ci, st) in states.iter().enumerate() {
-            let w = Words(st);
+            let w = st;
             let busy: u64 = procs.iter().filter(|p| p.container == ci).map(|p| busy_in(&p.busy, t0, end)).sum();
             println!(
                 "c{ci} charged {:.1} ms busy {:.1} ms rate {} bal {:.1}",
-                w.charged_ns().load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6,
+                w.charged_ns.load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6,
                 busy as f64 / 1e6,
-                w.burst_rate_ppm().load(core::sync::atomic::Ordering::Relaxed),
-                w.balance_ns().load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6
+                w.burst_rate_ppm.load(core::sync::atomic::Ordering::Relaxed),
+                w.balance_ns.load(core::sync::atomic::Ordering::Relaxed) as f64 / 1e6
             );
         }
     }

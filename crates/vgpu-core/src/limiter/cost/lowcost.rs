@@ -1,37 +1,19 @@
-//! The container's lowest measured cost per launch shape, shared by its processes (words 15-18 of
-//! the device's extension block): a process whose own estimate of a signature is not confirmed
-//! yet (or that has none) is charged at most this, so a newcomer process does not start from its
-//! own first samples alone.
+//! The container's lowest measured cost per launch shape, shared by its processes (the
+//! `low_costs` words of the device's extension block): a process whose own estimate of a
+//! signature is not confirmed yet (or that has none) is charged at most this, so a newcomer does
+//! not start from its own first samples alone, which queue behind the other processes' kernels.
+//! A sample only ever over-states a kernel, so the lowest any process took is an upper bound.
+//! Reasoning: docs/design.md "Cost prediction".
 //!
-//! Why: on a FIFO device a process's first samples queue behind the other processes' kernels
-//! (its own container's and a burster's), so with 20 ms kernels × 4 processes each process's
-//! first samples measure 30-90 ms, it re-prices itself into debt, and being in debt it launches
-//! too little to get the clean sample that would refund it. A sample only ever over-states a
-//! kernel's duration (queueing adds, nothing subtracts), so the lowest sample any process of the
-//! container took of a shape is an upper bound of its cost, and the first clean sample anywhere in
-//! the container lowers everybody's charge.
-//!
-//! * **Key** = a 20-bit tag of (kind, grid, block, dynamic shared memory); the function address
-//!   differs between processes and is not part of it. Two kernels with one shape share the entry;
-//!   the value is then the faster one's.
-//! * **Only lower, and only for a while.** An offer replaces the value when it is lower; nothing
-//!   raises it (two samples that agree on a queue "confirm" an inflated value, and raising the
-//!   entry to it re-priced every process of the container into debt). Instead an entry lives
-//!   for one to two [`EPOCH_NS`] epochs unless an offer within the cluster band of its value
-//!   renews it, so a kernel that got slower (or a dead process's word) stops capping anything
-//!   within ~32 s.
-//! * **Safety.** The value caps *unconfirmed* estimates, and confirmed ones while the signature is
-//!   young in the process, the cap then rising to the process's own estimate over
-//!   [`super::RAMP_NS`] ([`super`]); after that a process's own confirmed estimate is
-//!   what it is charged. A confirming sample re-prices the whole open account at the process's
-//!   own estimate, so a value that is too low (a shared shape, a stale word) costs a bounded
-//!   under-charge (a few launches, or the young period for two kernels of one shape).
-//! * **Layout.** Each word: tag (20 bits) << 44 | epoch mod 16 (4 bits) << 40 | confirmed (bit 39)
-//!   | ns (39 bits, ≤ ~550 s); 0 = empty. Updated by CAS; a new tag takes an empty or expired
-//!   word, else the word `tag % 4` (four shapes at a time: the entry is a start-up aid, not a
-//!   cache). Only a *confirmed* value (a process's samples agreed on it) is a basis for guessing a
-//!   signature a process has never measured (no first-sample wait): a single first sample may be
-//!   inflated by tens of ms, and other processes charged at it would start in debt.
+//! * **Key**: a 20-bit tag of (kind, grid, block, dynamic shared memory), not the function
+//!   address (it differs between processes); two kernels of one shape share the entry.
+//! * **Only lower, and only for a while.** An offer replaces the value when lower; nothing raises
+//!   it (two samples agreeing on a queue would re-price every process into debt). An entry lives
+//!   one to two [`EPOCH_NS`] epochs unless an offer within the cluster band renews it.
+//! * **Layout.** Tag (20 bits) << 44 | epoch mod 16 (4 bits) << 40 | confirmed (bit 39) | ns (39
+//!   bits, ≤ ~550 s); 0 = empty. CAS; a new tag takes an empty or expired word, else word
+//!   `tag % 4`. Only a *confirmed* value (a process's samples agreed on it) is a basis for
+//!   guessing a signature a process never measured.
 
 use super::{CLUSTER_PPM, MIN_SAMPLE_NS, Sig};
 use core::sync::atomic::AtomicU64;
@@ -107,7 +89,7 @@ fn above_band(a: u64, b: u64) -> bool {
 }
 
 /// The container's lowest cost of shape `tag` at `now` (CLOCK_MONOTONIC), if it has a fresh one.
-pub fn lookup(words: &[&AtomicU64; ENTRIES], tag: u64, now: u64) -> Option<Low> {
+pub fn lookup(words: &[AtomicU64; ENTRIES], tag: u64, now: u64) -> Option<Low> {
     words.iter().map(|w| unpack(w.load(Acquire))).find(|e| e.tag == tag && fresh(e, now)).map(|e| e.low)
 }
 
@@ -123,7 +105,7 @@ fn merged(cur: Low, new: Low) -> Option<Low> {
 }
 
 /// A process's estimate `est_ns` of shape `tag` at `now` (`confirmed`: its own samples agree on it).
-pub fn offer(words: &[&AtomicU64; ENTRIES], tag: u64, est_ns: u64, confirmed: bool, now: u64) {
+pub fn offer(words: &[AtomicU64; ENTRIES], tag: u64, est_ns: u64, confirmed: bool, now: u64) {
     let offer = Low { ns: est_ns.clamp(MIN_SAMPLE_NS, NS_MASK), confirmed };
     let w = words
         .iter()
@@ -156,10 +138,6 @@ mod tests {
         Default::default()
     }
 
-    fn refs(w: &[AtomicU64; ENTRIES]) -> [&AtomicU64; ENTRIES] {
-        [&w[0], &w[1], &w[2], &w[3]]
-    }
-
     #[test]
     fn tag_ignores_the_function_address() {
         let a = Sig::kernel(0x1000, [20000, 1, 1], [128, 1, 1], 0);
@@ -172,68 +150,68 @@ mod tests {
     #[test]
     fn only_lower_values_replace_and_the_band_confirms() {
         let st = words();
-        let w = refs(&st);
+        let w = &st;
         let low = |ns, confirmed| Some(Low { ns, confirmed });
-        assert_eq!(lookup(&w, 7, T), None);
-        offer(&w, 7, 60_000_000, false, T);
-        offer(&w, 7, 90_000_000, false, T); // an inflated sample does not raise it
-        assert_eq!(lookup(&w, 7, T), low(60_000_000, false));
-        offer(&w, 7, 20_000_000, false, T);
-        assert_eq!(lookup(&w, 7, T), low(20_000_000, false));
-        offer(&w, 7, 21_000_000, true, T); // within the cluster band: kept, and now confirmed
-        assert_eq!(lookup(&w, 7, T), low(20_000_000, true));
-        offer(&w, 7, 19_500_000, false, T); // noise below a confirmed value stays confirmed
-        assert_eq!(lookup(&w, 7, T), low(19_500_000, true));
+        assert_eq!(lookup(w, 7, T), None);
+        offer(w, 7, 60_000_000, false, T);
+        offer(w, 7, 90_000_000, false, T); // an inflated sample does not raise it
+        assert_eq!(lookup(w, 7, T), low(60_000_000, false));
+        offer(w, 7, 20_000_000, false, T);
+        assert_eq!(lookup(w, 7, T), low(20_000_000, false));
+        offer(w, 7, 21_000_000, true, T); // within the cluster band: kept, and now confirmed
+        assert_eq!(lookup(w, 7, T), low(20_000_000, true));
+        offer(w, 7, 19_500_000, false, T); // noise below a confirmed value stays confirmed
+        assert_eq!(lookup(w, 7, T), low(19_500_000, true));
         // Two samples that agree on a queue confirm 40 ms in some process: no raise.
-        offer(&w, 7, 40_000_000, true, T);
-        assert_eq!(lookup(&w, 7, T), low(19_500_000, true));
-        offer(&w, 7, 5_000_000, false, T); // far below: another kernel of the shape, not confirmed
-        assert_eq!(lookup(&w, 7, T), low(5_000_000, false));
+        offer(w, 7, 40_000_000, true, T);
+        assert_eq!(lookup(w, 7, T), low(19_500_000, true));
+        offer(w, 7, 5_000_000, false, T); // far below: another kernel of the shape, not confirmed
+        assert_eq!(lookup(w, 7, T), low(5_000_000, false));
     }
 
     #[test]
     fn entries_expire_unless_renewed() {
         let st = words();
-        let w = refs(&st);
-        offer(&w, 7, 20_000_000, true, T);
+        let w = &st;
+        offer(w, 7, 20_000_000, true, T);
         // Alive in the next epoch, renewed by an offer within the band ...
-        assert!(lookup(&w, 7, T + EPOCH_NS).is_some());
-        offer(&w, 7, 21_000_000, false, T + EPOCH_NS);
-        assert!(lookup(&w, 7, T + 2 * EPOCH_NS).is_some());
+        assert!(lookup(w, 7, T + EPOCH_NS).is_some());
+        offer(w, 7, 21_000_000, false, T + EPOCH_NS);
+        assert!(lookup(w, 7, T + 2 * EPOCH_NS).is_some());
         // ... not by one above it (the value is not raised either): gone two epochs after its
         // last renewal, and then the next offer starts a new entry.
-        offer(&w, 7, 30_000_000, true, T + 2 * EPOCH_NS);
-        assert_eq!(lookup(&w, 7, T + 2 * EPOCH_NS).map(|l| l.ns), Some(20_000_000));
-        assert_eq!(lookup(&w, 7, T + 3 * EPOCH_NS), None);
-        offer(&w, 7, 30_000_000, true, T + 3 * EPOCH_NS);
-        assert_eq!(lookup(&w, 7, T + 3 * EPOCH_NS), Some(Low { ns: 30_000_000, confirmed: true }));
+        offer(w, 7, 30_000_000, true, T + 2 * EPOCH_NS);
+        assert_eq!(lookup(w, 7, T + 2 * EPOCH_NS).map(|l| l.ns), Some(20_000_000));
+        assert_eq!(lookup(w, 7, T + 3 * EPOCH_NS), None);
+        offer(w, 7, 30_000_000, true, T + 3 * EPOCH_NS);
+        assert_eq!(lookup(w, 7, T + 3 * EPOCH_NS), Some(Low { ns: 30_000_000, confirmed: true }));
     }
 
     #[test]
     fn shapes_take_free_words_then_evict_by_tag() {
         let st = words();
-        let w = refs(&st);
+        let w = &st;
         for t in 1..=4 {
-            offer(&w, t, t * 1000, false, T);
+            offer(w, t, t * 1000, false, T);
         }
-        let ns = |t| lookup(&w, t, T).map(|l| l.ns);
+        let ns = |t| lookup(w, t, T).map(|l| l.ns);
         for t in 1..=4 {
             assert_eq!(ns(t), Some(t * 1000));
         }
-        offer(&w, 9, 5000, false, T); // full: replaces word 9 % 4 = 1 (tag 2)
+        offer(w, 9, 5000, false, T); // full: replaces word 9 % 4 = 1 (tag 2)
         assert_eq!(ns(9), Some(5000));
         assert_eq!(ns(2), None);
         assert_eq!(ns(1), Some(1000));
         // An expired word is reused before a live one is evicted.
         let later = T + 2 * EPOCH_NS;
-        offer(&w, 1, 1000, false, later - EPOCH_NS); // renew tag 1 only
-        offer(&w, 13, 7000, false, later);
-        assert_eq!(lookup(&w, 1, later).map(|l| l.ns), Some(1000));
-        assert_eq!(lookup(&w, 13, later).map(|l| l.ns), Some(7000));
+        offer(w, 1, 1000, false, later - EPOCH_NS); // renew tag 1 only
+        offer(w, 13, 7000, false, later);
+        assert_eq!(lookup(w, 1, later).map(|l| l.ns), Some(1000));
+        assert_eq!(lookup(w, 13, later).map(|l| l.ns), Some(7000));
         // Values are clamped into the word (and a garbage word never yields 0).
-        offer(&w, 3, 0, false, T);
+        offer(w, 3, 0, false, T);
         assert_eq!(ns(3), Some(MIN_SAMPLE_NS));
         st[3].store(5 << TAG_SHIFT | epoch(T) << EPOCH_SHIFT, core::sync::atomic::Ordering::Relaxed);
-        assert_eq!(lookup(&w, 5, T), None);
+        assert_eq!(lookup(w, 5, T), None);
     }
 }
