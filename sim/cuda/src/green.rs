@@ -23,18 +23,6 @@ const RESOURCE_TYPE_SM: u32 = 1;
 const RESOURCE_SIZE: usize = 144;
 const SM_COUNT_OFFSET: usize = 96;
 
-fn green_ctx_bytes() -> u64 {
-    static B: OnceLock<u64> = OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("VGPU_SIM_GREEN_CTX_MIB").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0) << 20
-    })
-}
-
-fn green_ctx_create_time() -> std::time::Duration {
-    static MS: OnceLock<u64> = OnceLock::new();
-    std::time::Duration::from_millis(*MS.get_or_init(|| crate::env_u64("VGPU_SIM_GREEN_CTX_CREATE_MS").unwrap_or(0)))
-}
-
 #[derive(Default)]
 struct Book {
     /// Resource descriptor → SM count.
@@ -137,7 +125,7 @@ pub(crate) fn green_ctx_create(pg: *mut CUgreenCtx, desc: CUdevResourceDesc, dev
         if !book().descs.contains_key(&(desc as u64)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let bytes = green_ctx_bytes();
+        let bytes = crate::knobs().green_ctx_bytes;
         if bytes > 0 && !state().charge(my_slot(), d, bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -154,7 +142,7 @@ pub(crate) fn green_ctx_create(pg: *mut CUgreenCtx, desc: CUdevResourceDesc, dev
         book().greens.insert(g, (ctx, d, bytes));
         simlog!("green context {:#x} (context {:#x}) on device {} ({} bytes)", g, ctx, d, bytes);
         drop(sim);
-        std::thread::sleep(green_ctx_create_time());
+        std::thread::sleep(crate::knobs().green_ctx_create);
         unsafe { out(pg, g as CUgreenCtx) }
     })
 }

@@ -52,6 +52,12 @@ pub(crate) struct Knobs {
     /// real driver's large allocation takes milliseconds; tests widen the window in which a
     /// reading of NVML falls inside one). Default 0.
     pub alloc_delay: std::time::Duration,
+    /// `VGPU_SIM_GREEN_CTX_MIB`: device memory a green context costs on top of its context
+    /// (default 0).
+    pub green_ctx_bytes: u64,
+    /// `VGPU_SIM_GREEN_CTX_CREATE_MS`: a green context's creation takes this long, its memory
+    /// already held (default 0).
+    pub green_ctx_create: std::time::Duration,
     pub ns_per_block: u64,
     pub kernel_ns: Option<u64>,
     pub max_queue_ns: u64,
@@ -81,6 +87,8 @@ pub(crate) fn knobs() -> &'static Knobs {
         ctx_bytes: env_u64("VGPU_SIM_CTX_MIB").unwrap_or(256) << 20,
         ctx_create: std::time::Duration::from_millis(env_u64("VGPU_SIM_CTX_CREATE_MS").unwrap_or(0)),
         alloc_delay: std::time::Duration::from_millis(env_u64("VGPU_SIM_ALLOC_MS").unwrap_or(0)),
+        green_ctx_bytes: env_u64("VGPU_SIM_GREEN_CTX_MIB").unwrap_or(0) << 20,
+        green_ctx_create: std::time::Duration::from_millis(env_u64("VGPU_SIM_GREEN_CTX_CREATE_MS").unwrap_or(0)),
         ns_per_block: env_u64("VGPU_SIM_NS_PER_BLOCK").unwrap_or(1000),
         kernel_ns: env_u64("VGPU_SIM_KERNEL_NS"),
         max_queue_ns: env_u64("VGPU_SIM_MAX_QUEUE_US").unwrap_or(20_000) * 1000,
