@@ -6,9 +6,9 @@ mod common;
 
 use common::simbusy::{busy, read_pid, share};
 use common::{Out, Sandbox, artifacts};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// `tests/c/compute_client.c`, compiled once per test binary (own copy: tests/compute.rs may
@@ -219,39 +219,6 @@ fn ext_off(field: usize) -> usize {
     vgpu_core::region::EXT_OFFSET + 64 + field
 }
 
-struct Map {
-    base: *mut u8,
-    len: usize,
-}
-impl Map {
-    fn open(p: &Path) -> Map {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(p).expect("open region");
-        let len = f.metadata().unwrap().len() as usize;
-        assert!(len >= vgpu_core::region::FILE_SIZE);
-        let b = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(b, libc::MAP_FAILED);
-        Map { base: b as *mut u8, len }
-    }
-    fn u64(&self, off: usize) -> &AtomicU64 {
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
-    }
-}
-impl Drop for Map {
-    fn drop(&mut self) {
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
-
 /// Waits until `f` holds; returns how long it took (panics after `limit`).
 fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
     let t = Instant::now();
@@ -277,7 +244,7 @@ fn sm_limit_and_ceiling_written_to_the_region_are_followed_live() {
     std::thread::scope(|s| {
         let h = s.spawn(|| run_client(&sb, &c, &args, &[]));
         let pid = read_pid(&pf);
-        let m = Map::open(&c.region);
+        let m = common::regionmap::RegionMap::open(&c.region);
         let rate = || m.u64(ext_off(offset_of!(D, rate_ppm))).load(Ordering::SeqCst);
         let window = |secs: f64| {
             let (a, ta) = (busy(&sb), mono_ns());

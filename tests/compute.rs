@@ -98,10 +98,7 @@ fn band(what: &str, v: f64, target: f64, tol: f64, o: &str) {
 
 /// The test monitor: the v1.2 region as HAMi's vGPU monitor sees it (docs/hami-contract.md §3.2, byte offsets
 /// written out here), plus the private extension words for the metrics checks.
-struct Monitor {
-    base: *mut u8,
-    len: usize,
-}
+struct Monitor(common::regionmap::RegionMap);
 
 mod off {
     pub const PROCS: usize = 1856;
@@ -118,28 +115,13 @@ mod off {
 
 impl Monitor {
     fn open(path: &Path) -> Monitor {
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).expect("open region");
-        use std::os::fd::AsRawFd;
-        let len = f.metadata().unwrap().len() as usize;
-        assert!(len >= vgpu_core::region::FILE_SIZE, "region file too small: {len}");
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Monitor { base: p as *mut u8, len }
+        Monitor(common::regionmap::RegionMap::open(path))
     }
     fn i32(&self, off: usize) -> &AtomicI32 {
-        unsafe { &*(self.base.add(off) as *const AtomicI32) }
+        self.0.i32(off)
     }
     fn u64(&self, off: usize) -> &AtomicU64 {
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+        self.0.u64(off)
     }
     fn set_switch(&self, v: i32) {
         self.i32(off::UTILIZATION_SWITCH).store(v, Ordering::SeqCst);
@@ -171,12 +153,6 @@ impl Monitor {
     /// Extension word `idx` (u64 index within `DeviceLimiterState`) of device 0.
     fn ext_word(&self, field_off: usize) -> u64 {
         self.u64(vgpu_core::region::EXT_OFFSET + 64 + field_off).load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 

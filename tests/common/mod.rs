@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 mod build;
+pub mod regionmap;
 mod run;
 pub mod simbusy;
 

@@ -287,16 +287,7 @@ impl<'r> Ledger<'r> {
             (true, Some(k)) => Seat::Slot(k),
             _ => Seat::Local,
         };
-        Ledger {
-            region: Some(region),
-            pid: AtomicI32::new(pid),
-            seat: AtomicUsize::new(encode(seat)),
-            local: LocalUsage::new(),
-            leases: Default::default(),
-            quiet: Quiet::default(),
-            born: Instant::now(),
-            next_sweep_us: AtomicU64::new(0),
-        }
+        Ledger::seated(Some(region), pid, seat)
     }
 
     /// Attaches `pid` to the region: a slot, else (table full) an overflow record, else local
@@ -314,25 +305,19 @@ impl<'r> Ledger<'r> {
             },
             Err(e) => (Seat::Local, Some(SlotError::Lock(e))),
         };
-        let l = Ledger {
-            region: Some(region),
-            pid: AtomicI32::new(pid),
-            seat: AtomicUsize::new(encode(seat)),
-            local: LocalUsage::new(),
-            leases: Default::default(),
-            quiet: Quiet::default(),
-            born: Instant::now(),
-            next_sweep_us: AtomicU64::new(0),
-        };
-        (l, err)
+        (Ledger::seated(Some(region), pid, seat), err)
     }
 
     /// Process-local mode (no usable region).
     pub fn local() -> Ledger<'static> {
+        Ledger::seated(None, 0, Seat::Local)
+    }
+
+    fn seated(region: Option<&'r Region>, pid: i32, seat: Seat) -> Self {
         Ledger {
-            region: None,
-            pid: AtomicI32::new(0),
-            seat: AtomicUsize::new(SEAT_LOCAL),
+            region,
+            pid: AtomicI32::new(pid),
+            seat: AtomicUsize::new(encode(seat)),
             local: LocalUsage::new(),
             leases: Default::default(),
             quiet: Quiet::default(),
