@@ -97,7 +97,8 @@ pub struct Ctl {
     /// Our host PID on this device's NVML as the correction last used it (`crate::hostpid` owns
     /// the resolution; a change restarts the correction).
     pub hostpid: Option<u32>,
-    /// NVML per-process utilisation: `lastSeen` to pass (wall µs) and the CLOCK_MONOTONIC it maps to.
+    /// NVML per-process utilisation: the `lastSeen` to pass next (wall µs) and whether the device
+    /// supports it (`None`: not asked yet).
     pub nvml_last_us: u64,
     pub nvml_supported: Option<bool>,
     /// Last `sm_util` written to our slot.

@@ -295,7 +295,8 @@ impl CostModel {
     /// while the signature is young here ([`YOUNG_NS`]: on a FIFO device two samples may agree on
     /// a queue), then rising to the own estimate over [`RAMP_NS`] (lifted at once, the re-priced
     /// account became a debt that stalled the container). The confirming sample re-prices the
-    /// whole account at the own estimate, so a cap that was too low is paid back.
+    /// whole account at the own estimate, so a cap that was too low is paid back; two kernels of
+    /// one shape under-charge the slower one for `YOUNG_NS + RAMP_NS / 2` of its time at most.
     fn cap(&self, sig: &Sig, low: Option<Low>, now: u64) -> Option<u64> {
         if let Some(e) = self.map.get(sig)
             && e.est.confirmed()
