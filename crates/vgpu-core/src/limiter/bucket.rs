@@ -115,10 +115,6 @@ impl<'a> Bucket<'a> {
         self.p
     }
 
-    pub fn words(&self) -> &'a DeviceLimiterState {
-        self.w
-    }
-
     pub fn balance(&self) -> i64 {
         self.w.balance_ns.load(Acquire)
     }
@@ -323,13 +319,13 @@ mod tests {
     #[test]
     fn generation_bumps_on_change() {
         let st = new_state();
-        let g0 = &st.generation.load(Relaxed);
+        let g0 = st.generation.load(Relaxed);
         let _ = Bucket::new(&st, Params::for_limit(50).unwrap());
-        let g1 = &st.generation.load(Relaxed);
+        let g1 = st.generation.load(Relaxed);
         let _ = Bucket::new(&st, Params::for_limit(50).unwrap());
-        assert_eq!(&st.generation.load(Relaxed), g1);
+        assert_eq!(st.generation.load(Relaxed), g1);
         let _ = Bucket::new(&st, Params::for_limit(20).unwrap());
-        assert!(g1 > g0 && &st.generation.load(Relaxed) > g1);
+        assert!(g1 > g0 && st.generation.load(Relaxed) > g1);
     }
 
     #[test]
